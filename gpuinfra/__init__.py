@@ -1,0 +1,1 @@
+"""gpuinfra: NVIDIA GPU clusters from one YAML file."""
