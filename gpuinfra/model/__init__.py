@@ -1,0 +1,15 @@
+"""Pydantic models of the cluster file."""
+
+from .cluster import Cluster
+from .driver import ContainerToolkit, Driver
+from .kubernetes import Kubernetes, Tenant
+from .mig import Mig
+from .monitoring import COMPONENTS, Component, Monitoring
+from .nodes import ROLES, Gpu, MigAssignment, NodeGroup, Role
+from .policy import Health, Upgrade
+from .slurm import Account, Partition, Qos, Slurm
+
+__all__ = [
+    "COMPONENTS", "ROLES", "Account", "Cluster", "Component", "ContainerToolkit", "Driver", "Gpu", "Health", "Kubernetes", "Mig",
+    "MigAssignment", "Monitoring", "NodeGroup", "Partition", "Qos", "Role", "Slurm", "Tenant", "Upgrade",
+]

@@ -1,0 +1,80 @@
+"""The NVIDIA driver and the container toolkit: versions, module flavour, and where packages come from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from .base import DriverVersion, Model
+
+
+class DistributionSource(Model):
+    type: Literal["distribution"]
+    """The OS archive (Debian non-free, Ubuntu restricted); not available on RHEL."""
+    backports: bool = False
+    """Debian: take the driver from bookworm-backports."""
+
+
+class NvidiaRepoSource(Model):
+    type: Literal["nvidia"]
+    """NVIDIA's CUDA repository for the OS."""
+
+
+class MirrorSource(Model):
+    type: Literal["mirror"]
+    url: Annotated[str, Field(pattern=r"^(https?|file)://")]
+    """Base URL of a mirror of the NVIDIA repository (apt or yum layout)."""
+    keyring: str | None = None
+    """Path on the controller to the mirror's signing key; omitted means the mirror is trusted as configured."""
+
+
+class LocalSource(Model):
+    type: Literal["local"]
+    path: str
+    """Folder on the controller holding the .deb or .rpm files, for air-gapped sites."""
+
+
+PackageSource = Annotated[
+    DistributionSource | NvidiaRepoSource | MirrorSource | LocalSource, Field(discriminator="type")
+]
+
+
+class Driver(Model):
+    version: DriverVersion | None = None
+    """Exact driver version to pin, e.g. `535.261.03`. Quote it in YAML."""
+    branch: Annotated[int, Field(ge=390, le=999)] | None = None
+    """Driver branch, e.g. 535, when no exact version is pinned."""
+    kernel_modules: Literal["proprietary", "open"] = "proprietary"
+    source: PackageSource = DistributionSource(type="distribution")
+    hold: bool = True
+    """Hold the packages and keep them out of unattended-upgrades."""
+    fabric_manager_version: DriverVersion | None = None
+    """Only to state it explicitly: it must equal `version`."""
+    reboot: Literal["when_needed", "never"] = "when_needed"
+    """`never`: load the new modules without rebooting, or fail if that is impossible."""
+
+    @model_validator(mode="after")
+    def _one_of_version_or_branch(self) -> Driver:
+        if (self.version is None) == (self.branch is None):
+            raise ValueError("set exactly one of `version` (exact pin, e.g. '535.261.03') or `branch` (e.g. 535)")
+        return self
+
+    @property
+    def major(self) -> int:
+        return self.branch if self.branch is not None else int(str(self.version).split(".")[0])
+
+
+ContainerRuntimeName = Literal["containerd", "docker", "cri-o"]
+
+
+class ContainerToolkit(Model):
+    runtimes: list[ContainerRuntimeName] = []
+    """Runtimes to configure with the NVIDIA runtime."""
+    version: str | None = None
+    """Exact nvidia-container-toolkit version; latest from the source when omitted."""
+    default_runtime: bool = False
+    """Make `nvidia` the default runtime."""
+    cdi: bool = True
+    """Generate a CDI spec (/etc/cdi/nvidia.yaml)."""
+    source: PackageSource = NvidiaRepoSource(type="nvidia")

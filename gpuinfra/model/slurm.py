@@ -1,0 +1,72 @@
+"""Slurm: partitions, QoS, fair-share, preemption and the accounting tree."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import Model, Name, NonNegativeInt, PositiveInt, SlurmTime, UnixName
+
+
+class Partition(Model):
+    node_groups: Annotated[list[Name], Field(min_length=1)]
+    """Node groups (with the slurm_compute role) whose hosts form this partition."""
+    allow_accounts: list[Name] = []
+    """Only these Slurm accounts may submit (AllowAccounts=); empty means all."""
+    allow_groups: list[UnixName] = []
+    """Only these Unix groups may submit (AllowGroups=); empty means all."""
+    max_time: SlurmTime = "UNLIMITED"
+    default: bool = False
+    priority_tier: Annotated[int, Field(ge=0, le=65533)] = 1
+    qos: Name | None = None
+    """Partition QoS, whose limits apply to every job in the partition."""
+
+
+class Qos(Model):
+    priority: NonNegativeInt = 0
+    max_gpus_per_user: PositiveInt | None = None
+    """MaxTRESPerUser=gres/gpu=N."""
+    max_gpus_per_job: PositiveInt | None = None
+    max_jobs_per_user: PositiveInt | None = None
+    max_wall: SlurmTime | None = None
+    preempt: list[Name] = []
+    """QoS whose jobs this QoS may preempt."""
+    preempt_mode: Literal["cancel", "requeue", "suspend"] | None = None
+
+
+class Account(Model):
+    parent: Name | None = None
+    """Parent account; top-level accounts hang under root."""
+    description: str | None = None
+    fairshare: PositiveInt = 1
+    qos: list[Name] = []
+    default_qos: Name | None = None
+    max_gpus: PositiveInt | None = None
+    """GrpTRES=gres/gpu=N for the whole account."""
+    users: list[UnixName] = []
+
+
+class Priority(Model):
+    weight_fairshare: NonNegativeInt = 10000
+    weight_age: NonNegativeInt = 1000
+    weight_qos: NonNegativeInt = 1000
+    weight_partition: NonNegativeInt = 1000
+    weight_job_size: NonNegativeInt = 0
+    decay_half_life: str = Field("7-0", pattern=r"^[0-9]+(-[0-9]+)?(:[0-9]{2}){0,2}$")
+    """PriorityDecayHalfLife in Slurm's days-hours form."""
+
+
+class Slurm(Model):
+    cluster_name: Name | None = None
+    """Defaults to the cluster's name."""
+    partitions: Annotated[dict[Name, Partition], Field(min_length=1)]
+    qos: dict[Name, Qos] = {}
+    accounts: dict[Name, Account] = {}
+    priority: Priority = Priority()
+    preempt_mode: Literal["off", "cancel", "requeue", "suspend"] = "off"
+    """Cluster-wide PreemptMode with PreemptType=preempt/qos; `off` disables preemption."""
+    accounting: bool = True
+    """Job accounting through slurmdbd and MariaDB (needs a host with the slurm_dbd role)."""
+    gres_autodetect: Literal["off", "nvml"] = "off"
+    """`nvml` only where the installed Slurm is built with NVML; Debian 12's slurmd is not."""

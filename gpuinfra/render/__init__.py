@@ -1,0 +1,1 @@
+"""Turn a resolved cluster into Ansible inventory and vars, and render the roles' templates for `plan`."""

@@ -1,0 +1,102 @@
+"""Expand the cluster file into per-host facts: hostlists, addresses, roles, GPUs and MIG layouts per GPU.
+
+Everything here is derived from the file alone; nothing touches a host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import hostlist
+
+from .model import Cluster, NodeGroup
+
+
+class HostlistError(ValueError):
+    """A hostlist expression that cannot be expanded."""
+
+
+def expand_hosts(hosts: str | Iterable[str]) -> list[str]:
+    """Expand one or more Slurm-style hostlist expressions (`gpu[01-16]`) into host names, in order."""
+    exprs = [hosts] if isinstance(hosts, str) else list(hosts)
+    names: list[str] = []
+    for expr in exprs:
+        try:
+            names.extend(hostlist.expand_hostlist(expr))
+        except hostlist.BadHostlist as exc:
+            raise HostlistError(f"bad hostlist expression {expr!r}: {exc}") from None
+    return names
+
+
+def expand_gpu_indices(selector: str, count: int) -> list[int]:
+    """`all`, `0-3` or `0,2,4-5` -> sorted GPU indices (may name indices >= count; checks report those)."""
+    if selector == "all":
+        return list(range(count))
+    indices: set[int] = set()
+    for part in selector.split(","):
+        lo, _, hi = part.partition("-")
+        indices.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(indices)
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    group: str
+    address: str
+    roles: tuple[str, ...]
+    os: str
+    gpu_model: str | None
+    gpu_count: int
+    nvswitch: bool
+    # GPU index -> MIG layout name; GPUs without an entry keep MIG disabled.
+    mig_layouts: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResolvedCluster:
+    model: Cluster
+    hosts: dict[str, Host]
+
+    def with_role(self, role: str) -> list[Host]:
+        return [h for h in self.hosts.values() if role in h.roles]
+
+    def in_groups(self, groups: Iterable[str]) -> list[Host]:
+        wanted = set(groups)
+        return [h for h in self.hosts.values() if h.group in wanted]
+
+    @property
+    def gpu_hosts(self) -> list[Host]:
+        return [h for h in self.hosts.values() if h.gpu_count]
+
+
+def _group_hosts(name: str, group: NodeGroup, cluster: Cluster) -> list[Host]:
+    gpu_count = group.gpu.count if group.gpu else 0
+    mig: dict[int, str] = {}
+    for assignment in group.mig:
+        for index in expand_gpu_indices(assignment.gpus, gpu_count):
+            mig[index] = assignment.layout
+    return [
+        Host(
+            name=host,
+            group=name,
+            address=group.addresses.get(host, host),
+            roles=tuple(group.roles),
+            os=group.os or cluster.os,
+            gpu_model=group.gpu.model if group.gpu else None,
+            gpu_count=gpu_count,
+            nvswitch=bool(group.gpu and group.gpu.nvswitch),
+            mig_layouts=mig,
+        )
+        for host in expand_hosts(group.hosts)
+    ]
+
+
+def resolve(cluster: Cluster) -> ResolvedCluster:
+    """Per-host facts, in file order. A host listed in two groups keeps its first group (checks report it)."""
+    hosts: dict[str, Host] = {}
+    for name, group in cluster.node_groups.items():
+        for host in _group_hosts(name, group, cluster):
+            hosts.setdefault(host.name, host)
+    return ResolvedCluster(model=cluster, hosts=hosts)
