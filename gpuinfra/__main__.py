@@ -1,0 +1,5 @@
+import sys
+
+from gpuinfra.cli import main
+
+sys.exit(main())

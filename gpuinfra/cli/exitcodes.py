@@ -1,0 +1,8 @@
+"""Exit codes shared by every verb."""
+
+OK = 0
+FAILED = 1
+CHANGES_PENDING = 2  # only with --detailed-exitcode
+INVALID_INPUT = 3
+TIMEOUT = 4
+CANCELLED = 130
