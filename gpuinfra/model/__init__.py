@@ -10,6 +10,24 @@ from .policy import Health, Upgrade
 from .slurm import Account, Partition, Qos, Slurm
 
 __all__ = [
-    "COMPONENTS", "ROLES", "Account", "Cluster", "Component", "ContainerToolkit", "Driver", "Gpu", "Health", "Kubernetes", "Mig",
-    "MigAssignment", "Monitoring", "NodeGroup", "Partition", "Qos", "Role", "Slurm", "Tenant", "Upgrade",
+    "COMPONENTS",
+    "ROLES",
+    "Account",
+    "Cluster",
+    "Component",
+    "ContainerToolkit",
+    "Driver",
+    "Gpu",
+    "Health",
+    "Kubernetes",
+    "Mig",
+    "MigAssignment",
+    "Monitoring",
+    "NodeGroup",
+    "Partition",
+    "Qos",
+    "Role",
+    "Slurm",
+    "Tenant",
+    "Upgrade",
 ]

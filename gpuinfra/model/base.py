@@ -28,7 +28,9 @@ Duration = Annotated[str, StringConstraints(pattern=r"^([0-9]+(ms|s|m|h|d|w|y))+
 # A Slurm time limit: UNLIMITED, minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 SlurmTime = Annotated[
     str,
-    StringConstraints(pattern=r"^(UNLIMITED|INFINITE|[0-9]+|[0-9]+:[0-9]{2}(:[0-9]{2})?|[0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2})$"),
+    StringConstraints(
+        pattern=r"^(UNLIMITED|INFINITE|[0-9]+|[0-9]+:[0-9]{2}(:[0-9]{2})?|[0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2})$"
+    ),
 ]
 
 # An exact NVIDIA driver version such as 535.261.03 (some branches have two parts: 550.54).

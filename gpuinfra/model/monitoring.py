@@ -8,7 +8,6 @@ from pydantic import Field
 
 from .base import Duration, Model, Name, Percent
 
-
 Component = Literal["dcgm_exporter", "node_exporter", "prometheus", "alertmanager", "grafana"]
 COMPONENTS: tuple[str, ...] = get_args(Component)
 

@@ -8,7 +8,6 @@ from pydantic import Field, StringConstraints
 
 from .base import Model, PositiveInt
 
-
 # What a host does. Roles become Ansible inventory groups; hosts never carry role booleans.
 Role = Literal[
     "slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute", "k8s_control", "k8s_gpu_worker", "monitoring"

@@ -1,0 +1,95 @@
+"""The Ansible inventory of a resolved cluster: groups from host roles, typed host and group vars.
+
+`inventory_list` has the shape `ansible-inventory --list --export` prints; `inventory_yaml` is the same data in
+the YAML inventory plugin's shape, which is what a run directory holds.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ..model import ROLES
+from ..resolve import Host, ResolvedCluster
+from .vars import concern_modules
+
+GPU_NODES = "gpu_nodes"
+
+
+def host_vars(host: Host) -> dict[str, Any]:
+    return {
+        "ansible_host": host.address,
+        "gpuinfra_node_group": host.group,
+        "gpuinfra_os": host.os,
+        "gpuinfra_gpu_model": host.gpu_model,
+        "gpuinfra_gpu_count": host.gpu_count,
+        "gpuinfra_nvswitch": host.nvswitch,
+        # JSON object keys are strings; Ansible templates see "0": "layout".
+        "gpuinfra_mig_layouts": {str(index): name for index, name in sorted(host.mig_layouts.items())},
+    }
+
+
+def connection_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    conn = rc.model.connection
+    out: dict[str, Any] = {
+        "ansible_user": conn.user,
+        "ansible_port": conn.port,
+        "ansible_python_interpreter": conn.python_interpreter,
+        "ansible_become": conn.user != "root",
+    }
+    if conn.ssh_key:
+        out["ansible_ssh_private_key_file"] = conn.ssh_key
+    ssh_args: list[str] = []
+    if conn.known_hosts_file:
+        ssh_args.append(f"-o UserKnownHostsFile={shlex.quote(conn.known_hosts_file)}")
+    if not conn.host_key_checking:
+        ssh_args.append("-o StrictHostKeyChecking=no")
+    if conn.bastion:
+        jump = f"{conn.bastion.user + '@' if conn.bastion.user else ''}{conn.bastion.host}:{conn.bastion.port}"
+        ssh_args.append(f"-o ProxyJump={shlex.quote(jump)}")
+    if ssh_args:
+        out["ansible_ssh_common_args"] = " ".join(ssh_args)
+    return out
+
+
+def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    out: dict[str, Any] = {"gpuinfra_cluster_name": rc.model.name, **connection_vars(rc)}
+    for module in concern_modules():
+        out.update(module.group_vars(rc))
+    return out
+
+
+def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
+    """Inventory group -> hosts: one group per role (even when empty, so plays can target it) and gpu_nodes."""
+    out: dict[str, list[str]] = {role: [] for role in ROLES}
+    out[GPU_NODES] = []
+    for host in rc.hosts.values():
+        for role in host.roles:
+            out[role].append(host.name)
+        if host.gpu_count:
+            out[GPU_NODES].append(host.name)
+    return out
+
+
+def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
+    members = groups(rc)
+    grouped = {host for hosts in members.values() for host in hosts}
+    out: dict[str, Any] = {
+        "_meta": {"hostvars": {name: host_vars(host) for name, host in rc.hosts.items()}},
+        "all": {"children": ["ungrouped", *members], "vars": group_vars(rc)},
+        "ungrouped": {"hosts": [host for host in rc.hosts if host not in grouped]},
+    }
+    for name, hosts in members.items():
+        out[name] = {"hosts": hosts}
+    return out
+
+
+def inventory_yaml(rc: ResolvedCluster) -> dict[str, Any]:
+    members = groups(rc)
+    return {
+        "all": {
+            "vars": group_vars(rc),
+            "hosts": {name: host_vars(host) for name, host in rc.hosts.items()},
+            "children": {name: {"hosts": dict.fromkeys(hosts, None)} for name, hosts in members.items()},
+        }
+    }

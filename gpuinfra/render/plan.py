@@ -1,0 +1,89 @@
+"""Render every artifact a run would write, from the roles' own templates.
+
+Variables are layered as Ansible layers them for a play: role defaults, then the inventory's `all` vars, then the
+host's vars. Ansible's own templar does the rendering, so filters, lookups of other variables and whitespace rules
+are exactly those of the `template` module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ruamel.yaml import YAML
+
+from ..resolve import ResolvedCluster
+from .artifacts import Artifact
+from .inventory import group_vars, groups, host_vars
+from .vars import concern_modules
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."
+
+
+class RenderError(Exception):
+    """A template that failed to render; names the artifact and the cause."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    artifact: Artifact
+    host: str | None
+    content: str
+
+
+@cache
+def _role_defaults(role: str) -> dict[str, Any]:
+    path = ROOT / "roles" / role / "defaults" / "main.yml"
+    if not path.exists():
+        return {}
+    data = YAML(typ="safe").load(path.read_text()) or {}
+    return {key: _trusted(value) for key, value in data.items()}
+
+
+def _trusted(value: Any) -> Any:
+    """Strings from role files are templates to Ansible; mark them so its templar expands them the same way."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    return value
+
+
+def artifacts() -> list[Artifact]:
+    return [artifact for module in concern_modules() for artifact in module.ARTIFACTS]
+
+
+def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rendered]:
+    """Render the artifacts that apply to this cluster (those whose host role has no host are skipped)."""
+    shared = group_vars(rc)
+    members = groups(rc)
+    all_hostvars = {name: {**shared, **host_vars(host)} for name, host in rc.hosts.items()}
+    loader = DataLoader()
+    out: list[Rendered] = []
+    for artifact in only if only is not None else artifacts():
+        host = members[artifact.host_role][0] if artifact.host_role and members.get(artifact.host_role) else None
+        if artifact.host_role and host is None:
+            continue
+        variables: dict[str, Any] = {
+            **_role_defaults(artifact.role),
+            **shared,
+            **(host_vars(rc.hosts[host]) if host else {}),
+            "groups": {"all": list(rc.hosts), **members},
+            "hostvars": all_hostvars,
+            "inventory_hostname": host or "localhost",
+            "ansible_managed": ANSIBLE_MANAGED,
+        }
+        source = (ROOT / "roles" / artifact.role / "templates" / artifact.template).read_text()
+        try:
+            content = Templar(loader=loader, variables=variables).template(trust_as_template(source))
+        except Exception as exc:  # Ansible raises many types; the plan reports which artifact broke.
+            raise RenderError(f"{artifact.role}/templates/{artifact.template}: {exc}") from exc
+        out.append(Rendered(artifact=artifact, host=host, content=str(content)))
+    return out

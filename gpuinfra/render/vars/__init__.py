@@ -1,0 +1,17 @@
+"""Per-concern mappings from the model to role variables.
+
+Each module here exposes `group_vars(rc) -> dict` (role-prefixed variables for the `all` group) and
+`ARTIFACTS` (files `gpuinfra plan` renders from that concern's role templates).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# Concern modules, in the order their variables are merged.
+CONCERNS: tuple[str, ...] = ()
+
+
+def concern_modules() -> list[ModuleType]:
+    return [importlib.import_module(f"{__name__}.{name}") for name in CONCERNS]
