@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Duration, Model, NonNegativeInt, PositiveInt
+from .base import PERCENT_PATTERN, Duration, Model, NonNegativeInt, PositiveInt
 
 
 class Health(Model):
@@ -19,7 +19,7 @@ class Health(Model):
 
 
 class Upgrade(Model):
-    max_unavailable: PositiveInt | Annotated[str, Field(pattern=r"^([1-9][0-9]?|100)%$")] = 1
+    max_unavailable: PositiveInt | Annotated[str, Field(pattern=PERCENT_PATTERN)] = 1
     """Nodes out of service at once: a count, or a percentage of the GPU nodes."""
     canary: NonNegativeInt = 1
     """Nodes upgraded alone first."""

@@ -1,0 +1,95 @@
+"""GPU rules: catalog models, driver branch and module flavour, NVSwitch fabric manager, MIG layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import catalog, mig
+from .resolve import ResolvedCluster, expand_gpu_indices
+from .yamlsource import read_yaml, to_plain
+
+if TYPE_CHECKING:
+    from .checks import Report
+
+
+def check(rc: ResolvedCluster, report: Report, base_dir: Path) -> None:
+    from .checks import suggest
+
+    model = rc.model
+    layouts: dict[str, dict[str, int]] = dict(model.mig.layouts)
+    if model.mig.parted_file:
+        layouts.update(_parted_layouts(model.mig.parted_file, base_dir, report))
+    gpu_groups = {name: g for name, g in model.node_groups.items() if g.gpu}
+    if gpu_groups and model.driver is None:
+        report.error(("driver",), "node groups have GPUs but no driver is set; add `driver: {version: '...'}`")
+    for name, group in model.node_groups.items():
+        loc = ("node_groups", name)
+        if group.gpu is None:
+            if group.mig:
+                report.error((*loc, "mig"), "this group has no GPUs; remove `mig` or add `gpu`")
+            continue
+        spec = catalog.lookup(group.gpu.model)
+        if spec is None:
+            report.error((*loc, "gpu", "model"),
+                         f"{group.gpu.model!r} is not in the GPU catalog; {suggest(group.gpu.model, catalog.names())}")
+            continue
+        driver = model.driver
+        if driver is not None:
+            if driver.major < spec.min_driver_branch:
+                report.error(("driver", "version" if driver.version else "branch"),
+                             f"driver branch {driver.major} is older than {spec.name} supports "
+                             f"(node group {name!r} needs R{spec.min_driver_branch} or newer)")
+            if spec.requires_open_modules and driver.kernel_modules != "open":
+                report.error(("driver", "kernel_modules"),
+                             f"{spec.name} (node group {name!r}) needs the open kernel modules: set "
+                             "kernel_modules: open")
+            if driver.kernel_modules == "open" and not spec.supports_open_modules:
+                report.error(("driver", "kernel_modules"),
+                             f"{spec.name} (node group {name!r}) is older than Turing and needs the proprietary "
+                             "kernel modules: set kernel_modules: proprietary")
+            if group.gpu.nvswitch:
+                if driver.version is None:
+                    report.error(("driver", "branch"),
+                                 f"node group {name!r} has NVSwitch: the fabric manager must match the driver "
+                                 "exactly, so pin `version` instead of `branch`")
+                elif driver.fabric_manager_version and driver.fabric_manager_version != driver.version:
+                    report.error(("driver", "fabric_manager_version"),
+                                 f"the fabric manager must be at exactly the driver version {driver.version}")
+        for i, assignment in enumerate(group.mig):
+            aloc = (*loc, "mig", i)
+            if not spec.mig_profiles:
+                report.error((*aloc, "layout"), f"{spec.name} does not support MIG")
+                continue
+            indices = expand_gpu_indices(assignment.gpus, group.gpu.count)
+            beyond = [i for i in indices if i >= group.gpu.count]
+            if beyond:
+                report.error((*aloc, "gpus"), f"GPU index {beyond[0]} does not exist: this group has "
+                             f"{group.gpu.count} GPUs (0-{group.gpu.count - 1})")
+            layout = layouts.get(assignment.layout)
+            if layout is None:
+                hint = suggest(assignment.layout, list(layouts))
+                report.error((*aloc, "layout"), f"layout {assignment.layout!r} is not defined; {hint}")
+                continue
+            for problem in mig.check_layout(spec, layout):
+                report.error((*aloc, "layout"), f"layout {assignment.layout!r} on {spec.name}: {problem}")
+        taken: dict[int, int] = {}
+        for i, assignment in enumerate(group.mig):
+            for index in expand_gpu_indices(assignment.gpus, group.gpu.count):
+                if index in taken:
+                    report.error((*loc, "mig", i, "gpus"), f"GPU {index} already has a layout (mig[{taken[index]}])")
+                taken.setdefault(index, i)
+
+
+def _parted_layouts(path_text: str, base_dir: Path, report: Report) -> dict[str, dict[str, int]]:
+    """Layouts from a mig-parted file; its own problems are reported against that file."""
+    path = Path(path_text) if Path(path_text).is_absolute() else base_dir / path_text
+    if not path.exists():
+        report.error(("mig", "parted_file"), f"{path} does not exist")
+        return {}
+    source = read_yaml(path, display=str(path))
+    configs, problems = mig.parse_parted(to_plain(source.data))
+    for problem in problems:
+        report.found.append(source.diagnostic(problem.path, ".".join(map(str, problem.path)), problem.message,
+                                              problem.severity))
+    return mig.uniform_layouts(configs)
