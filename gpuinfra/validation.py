@@ -120,20 +120,24 @@ def _did_you_mean(model_type: Any, key: str) -> str:
 
 
 def diagnostics(model: type[BaseModel], source: YamlSource, data: Any, exc: ValidationError) -> list[Diagnostic]:
-    """Every validation error as a positioned diagnostic; union members of one field merge into one."""
-    merged: dict[Loc, tuple[str, list[str]]] = {}
+    """Every validation error as a positioned diagnostic.
+
+    A union reports one error per member; a member whose type does not even match the value says nothing
+    useful when another member got further, so those are dropped and the rest merge into one message.
+    """
+    merged: dict[Loc, tuple[str, list[tuple[bool, str]]]] = {}
     for error in exc.errors(include_url=False):
         loc, path, found = walk(model, data, error["loc"])
         message = _message(error, found)
         if error["type"] == "extra_forbidden" and loc:
             _, _, parent = walk(model, data, loc[:-1])
             message += _did_you_mean(parent, str(loc[-1]))
-        elif error["type"] == "missing":
-            path = f"{path}.{error['loc'][-1]}" if path else str(error["loc"][-1])
-        entry = merged.setdefault(loc + ((error["loc"][-1],) if error["type"] == "missing" else ()), (path, []))
-        if message not in entry[1]:
-            entry[1].append(message)
+        entry = merged.setdefault(loc, (path, []))
+        mismatch = error["type"].endswith("_type") or error["type"] == "model_attributes_type"
+        if (mismatch, message) not in entry[1]:
+            entry[1].append((mismatch, message))
     out = []
-    for loc, (path, messages) in merged.items():
-        out.append(source.diagnostic(loc, path or "(top level)", " or ".join(messages)))
+    for loc, (path, found_messages) in merged.items():
+        useful = [m for mismatch, m in found_messages if not mismatch] or [m for _, m in found_messages]
+        out.append(source.diagnostic(loc, path or "(top level)", " or ".join(useful)))
     return out
