@@ -1,0 +1,282 @@
+"""What an Ansible run is doing, per host, built from ansible-runner's events.
+
+`RunProgress.handle(event)` folds one runner event into the model and returns an `Update` saying what happened, so
+a display can redraw a table or print a line. Counts follow Ansible's recap: `ok` includes `changed`. The final
+`playbook_on_stats` event replaces the live counts with Ansible's own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# Raw runner events are JSON objects; nothing about their shape is guaranteed, so every read is defensive.
+Event = Mapping[str, Any]
+
+HostState = Literal["pending", "running", "ok", "changed", "failed", "unreachable"]
+UpdateKind = Literal["play", "task", "result", "message", "stats"]
+ResultKind = Literal["ok", "changed", "failed", "unreachable", "skipped", "ignored"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MESSAGE_TAG = re.compile(r"^\[(ERROR|WARNING|DEPRECATION WARNING)\]:?\s*")
+# Lines of command output kept in a failure message: the end of stderr is where the reason usually is.
+_OUTPUT_TAIL_LINES = 20
+
+# Stats keys of playbook_on_stats -> HostStats fields.
+_STATS_FIELDS = {
+    "ok": "ok",
+    "changed": "changed",
+    "failures": "failed",
+    "dark": "unreachable",
+    "skipped": "skipped",
+    "rescued": "rescued",
+    "ignored": "ignored",
+}
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass
+class HostProgress:
+    name: str
+    task: str | None = None
+    """Last task started on this host."""
+    state: HostState = "pending"
+    stats: HostStats = field(default_factory=HostStats)
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {"host": self.host, "task": self.task, "message": self.message, "unreachable": self.unreachable}
+
+
+@dataclass(frozen=True)
+class Change:
+    """A task that changed a host, or would have in check mode; `diff` is filled when the run asked for diffs."""
+
+    host: str
+    task: str
+    diff: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"host": self.host, "task": self.task, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class Update:
+    kind: UpdateKind
+    host: str | None = None
+    task: str | None = None
+    result: ResultKind | None = None
+    text: str | None = None
+
+
+class RunProgress:
+    def __init__(self, hosts: Iterable[str] = ()) -> None:
+        self.hosts: dict[str, HostProgress] = {name: HostProgress(name) for name in hosts}
+        self.play: str | None = None
+        self.task: str | None = None
+        self.failures: list[Failure] = []
+        self.changes: list[Change] = []
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.stats_final = False
+        self._message: list[str] | None = None  # errors or warnings, while a message's lines are still arriving
+
+    def host(self, name: str) -> HostProgress:
+        return self.hosts.setdefault(name, HostProgress(name))
+
+    def totals(self) -> HostStats:
+        total = HostStats()
+        for progress in self.hosts.values():
+            for key, value in progress.stats.as_dict().items():
+                setattr(total, key, getattr(total, key) + value)
+        return total
+
+    def handle(self, event: Event) -> Update | None:
+        kind = str(event.get("event", ""))
+        data = event.get("event_data") or {}
+        if kind == "verbose":
+            return self._verbose(str(event.get("stdout") or ""))
+        self._message = None
+        if kind == "playbook_on_play_start":
+            self.play = str(data.get("play") or data.get("name") or "")
+            return Update("play", text=self.play)
+        if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            self.task = task_name(data)
+            return Update("task", task=self.task)
+        if kind == "runner_on_start":
+            progress = self.host(str(data.get("host")))
+            progress.task = task_name(data)
+            if progress.state != "unreachable":
+                progress.state = "running"
+            return None
+        if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
+            return self._result(kind, data)
+        if kind == "playbook_on_stats":
+            self._stats(data)
+            return Update("stats")
+        return None
+
+    def _result(self, kind: str, data: Mapping[str, Any]) -> Update:
+        host, task = str(data.get("host")), task_name(data)
+        progress = self.host(host)
+        stats = progress.stats
+        res = data.get("res")
+        res = res if isinstance(res, Mapping) else {}
+        result: ResultKind
+        if kind == "runner_on_ok":
+            stats.ok += 1
+            result = "changed" if res.get("changed") else "ok"
+            if result == "changed":
+                stats.changed += 1
+                self.changes.append(Change(host, task, diff_text(res)))
+        elif kind == "runner_on_skipped":
+            stats.skipped += 1
+            result = "skipped"
+        elif kind == "runner_on_unreachable":
+            stats.unreachable += 1
+            result = "unreachable"
+            self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
+        elif data.get("ignore_errors"):
+            stats.ok += 1
+            stats.ignored += 1
+            result = "ignored"
+        else:
+            stats.failed += 1
+            result = "failed"
+            self.failures.append(Failure(host, task, failure_message(res)))
+        progress.state = _state(stats)
+        return Update("result", host=host, task=task, result=result)
+
+    def _stats(self, data: Mapping[str, Any]) -> None:
+        per_host: dict[str, HostStats] = {}
+        for key, attr in _STATS_FIELDS.items():
+            counts = data.get(key) or {}
+            for host, count in counts.items():
+                setattr(per_host.setdefault(host, HostStats()), attr, int(count))
+        for host, stats in per_host.items():
+            progress = self.host(host)
+            progress.stats = stats
+            progress.state = _state(stats)
+        # A failure rescued by a block's `rescue` shows up as an event but is not a failure in the end.
+        failed_hosts = {h for h, s in per_host.items() if s.failed or s.unreachable}
+        self.failures = [f for f in self.failures if f.host in failed_hosts]
+        self.stats_final = True
+
+    def _verbose(self, stdout: str) -> Update | None:
+        """Ansible's own messages (errors before any task ran, warnings) arrive as display lines."""
+        line = _ANSI.sub("", stdout).rstrip()
+        tag = _MESSAGE_TAG.match(line)
+        if tag:
+            self._message = self.errors if tag.group(1) == "ERROR" else self.warnings
+            self._message.append(line[tag.end() :])
+            return Update("message", text=line)
+        if self._message is not None and line:
+            # Continuation lines (the origin of a syntax error, for one) belong to the message above them.
+            self._message[-1] += "\n" + line
+        return None
+
+
+def _state(stats: HostStats) -> HostState:
+    if stats.unreachable:
+        return "unreachable"
+    if stats.failed:
+        return "failed"
+    return "changed" if stats.changed else "ok"
+
+
+def task_name(data: Mapping[str, Any]) -> str:
+    """Task name as Ansible prints it: `role : task` for role tasks, the action when the task has no name."""
+    name = str(data.get("task") or data.get("name") or data.get("task_action") or "")
+    role = data.get("role")
+    return f"{role} : {name}" if role and not name.startswith(f"{role} : ") else name
+
+
+def failure_message(res: Mapping[str, Any]) -> str:
+    """One readable reason for a failed result: the module's message and the tail of command output."""
+    if res.get("censored"):
+        return "the output is hidden because the task has no_log: true"
+    items = res.get("results")
+    if isinstance(items, list) and not res.get("msg"):
+        parts = [_item_message(item) for item in items if isinstance(item, Mapping) and item.get("failed")]
+        if parts:
+            return "\n".join(parts)
+    return _single_message(res)
+
+
+def _item_message(item: Mapping[str, Any]) -> str:
+    label = item.get("_ansible_item_label", item.get("item"))
+    return f"item {label}: {_single_message(item)}"
+
+
+def _single_message(res: Mapping[str, Any]) -> str:
+    msg = str(res.get("msg") or "").strip()
+    output = str(res.get("stderr") or "").strip()
+    if not output and res.get("rc") not in (None, 0):
+        output = str(res.get("stdout") or "").strip()
+    if output:
+        tail = "\n".join(output.splitlines()[-_OUTPUT_TAIL_LINES:])
+        msg = f"{msg}\n{tail}" if msg else tail
+    if "rc" in res and res.get("rc") not in (None, 0) and "return code" not in msg:
+        msg = f"{msg} (exit status {res['rc']})" if msg else f"exit status {res['rc']}"
+    return msg or "failed without a message"
+
+
+def diff_text(res: Mapping[str, Any]) -> str:
+    """A unified diff of what a result changed, from `diff` entries (also those of loop items)."""
+    entries: list[Any] = []
+    for source in [res, *[i for i in res.get("results") or [] if isinstance(i, Mapping)]]:
+        diff = source.get("diff")
+        entries.extend(diff if isinstance(diff, list) else [diff] if isinstance(diff, Mapping) else [])
+    return "\n".join(text for entry in entries if (text := _one_diff(entry)))
+
+
+def _one_diff(entry: Mapping[str, Any]) -> str:
+    if entry.get("prepared"):
+        return str(entry["prepared"]).rstrip()
+    before, after = entry.get("before"), entry.get("after")
+    if before is None and after is None:
+        return ""
+    before_s, after_s = _diff_side(before), _diff_side(after)
+    if before_s == after_s:
+        return ""
+    lines = difflib.unified_diff(
+        before_s.splitlines(keepends=True),
+        after_s.splitlines(keepends=True),
+        fromfile=str(entry.get("before_header") or "before"),
+        tofile=str(entry.get("after_header") or "after"),
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip()
+
+
+def _diff_side(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        # Module state diffs such as {"state": "absent"} -> {"state": "directory"}.
+        return "".join(f"{key}: {value[key]}\n" for key in sorted(value))
+    return f"{value}\n"

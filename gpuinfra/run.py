@@ -1,0 +1,318 @@
+"""Run a playbook of this repository against a cluster's inventory, through ansible-runner.
+
+Every run gets a private run directory (0700, removed afterwards) holding the inventory, a link that makes the
+repository root the collection `gpuinfra.cluster`, runner tuning settings and runner's artifacts. Secrets never go
+there: no passwords, ssh keys, extra vars or environment files are written.
+
+The outcome comes from runner's status and rc and from Ansible's final stats, never from parsing output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import ansible_runner
+
+from .errors import GpuinfraError
+from .load import LoadedCluster
+from .progress import Change, Event, Failure, HostStats, RunProgress, Update
+from .render.inventory import inventory_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAYBOOKS = ROOT / "playbooks"
+DEFAULT_PLAYBOOK = "site.yml"
+
+# How often runner looks at the cancel flag and the timeout while ansible-playbook runs (seconds).
+_POLL_SECONDS = 0.2
+
+
+class RunError(GpuinfraError):
+    """A run that could not be started: missing playbook, unusable inventory or limit."""
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    CHANGED = "changed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    playbook: str | Path = DEFAULT_PLAYBOOK
+    """A file name under playbooks/ (`site.yml`, `upgrade_driver.yml`) or a path to a playbook."""
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    check: bool = False
+    diff: bool = False
+    timeout: int | None = None
+    """Seconds the whole run may take; past it, the run is stopped and the outcome is TIMEOUT."""
+    forks: int | None = None
+    extra_vars: Mapping[str, Any] = field(default_factory=dict)
+    """Passed on ansible-playbook's command line, so visible to other local users: never put secrets here."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outcome: Outcome
+    status: str
+    """ansible-runner's status: successful, failed, timeout or canceled."""
+    rc: int
+    playbook: Path
+    check: bool
+    hosts: dict[str, HostStats]
+    failures: list[Failure]
+    changes: list[Change]
+    """Tasks that changed a host, or would have in check mode."""
+    errors: list[str]
+    warnings: list[str]
+    duration_s: float
+
+    @property
+    def changed(self) -> bool:
+        return any(stats.changed for stats in self.hosts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.outcome.value,
+            "check": self.check,
+            "playbook": str(self.playbook),
+            "runner": {"status": self.status, "rc": self.rc},
+            "duration_s": round(self.duration_s, 3),
+            "hosts": {name: stats.as_dict() for name, stats in self.hosts.items()},
+            "failures": [f.as_dict() for f in self.failures],
+            "changes": [c.as_dict() for c in self.changes],
+            "errors": self.errors,
+            "warnings": self.warnings,
+        }
+
+
+def playbook_path(playbook: str | Path) -> Path:
+    path = Path(playbook)
+    if not path.is_absolute() and path.parent == Path("."):
+        path = PLAYBOOKS / path
+    path = path.resolve()
+    if not path.is_file():
+        raise RunError(f"playbook not found: {path}")
+    return path
+
+
+def cluster_inventory(loaded: LoadedCluster) -> dict[str, Any]:
+    """The inventory of a loaded cluster, with relative key and known_hosts paths taken from the file's folder.
+
+    The run's working directory is the run directory, so a relative path would otherwise point nowhere.
+    """
+    conn = loaded.model.connection
+    base = loaded.path.resolve().parent
+    update = {
+        key: str(base / value)
+        for key, value in (("ssh_key", conn.ssh_key), ("known_hosts_file", conn.known_hosts_file))
+        if value and not Path(value).expanduser().is_absolute()
+    }
+    resolved = loaded.resolved
+    if update:
+        model = resolved.model.model_copy(update={"connection": conn.model_copy(update=update)})
+        resolved = dataclasses.replace(resolved, model=model)
+    return inventory_yaml(resolved)
+
+
+def target_hosts(inventory: Mapping[str, Any], limit: str | None = None) -> list[str]:
+    """Hosts a run would touch, in inventory order, by Ansible's own rules for `limit` (groups, globs, !, &, ~re)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=None, parse=False)
+    all_group = inventory.get("all") or {}
+    order = list(all_group.get("hosts") or {})
+    for host in order:
+        manager.add_host(host)
+    for group, body in (all_group.get("children") or {}).items():
+        manager.add_group(group)
+        for host in (body or {}).get("hosts") or {}:
+            manager.add_host(host, group=group)
+            if host not in order:
+                order.append(host)
+    manager.reconcile_inventory()
+    # Ansible prints its pattern warnings itself; the run reports them again as events, so keep this quiet.
+    with contextlib.redirect_stderr(io.StringIO()):
+        if limit:
+            manager.subset(limit)
+        matched = {host.name for host in manager.get_hosts("all")}
+    return [host for host in order if host in matched]
+
+
+def _collections_path(run_dir: Path) -> str:
+    """The run directory (for gpuinfra.cluster) first, then wherever this Python finds bundled collections."""
+    found = [str(run_dir)]
+    for entry in sys.path:
+        if entry and (Path(entry) / "ansible_collections").is_dir() and entry not in found:
+            found.append(entry)
+    return os.pathsep.join(found)
+
+
+def _envvars(run_dir: Path) -> dict[str, str]:
+    env = {
+        # ansible-playbook from the same environment as this library, even when it is not on PATH.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+        "ANSIBLE_COLLECTIONS_PATH": _collections_path(run_dir),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        # ansible-runner turns host key checking off unless told otherwise; a cluster file may relax it per
+        # connection (connection.host_key_checking), never the run as a whole.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_INVENTORY_ENABLED": "ansible.builtin.yaml",
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_PIPELINING": os.environ.get("ANSIBLE_PIPELINING", "True"),
+    }
+    if "ANSIBLE_CONFIG" not in os.environ and (ROOT / "ansible.cfg").is_file():
+        env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    return env
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+@contextlib.contextmanager
+def run_directory(inventory: Mapping[str, Any]) -> Iterator[Path]:
+    """A private directory for one run, removed on the way out whatever happens."""
+    run_dir = Path(tempfile.mkdtemp(prefix="gpuinfra-run-"))  # mkdtemp creates it 0700
+    try:
+        _write_private(run_dir / "inventory" / "hosts.json", json.dumps(inventory))
+        link = run_dir / "ansible_collections" / "gpuinfra" / "cluster"
+        link.parent.mkdir(mode=0o700, parents=True)
+        link.symlink_to(ROOT, target_is_directory=True)
+        # Passing `settings` to runner is ignored when env files are suppressed, so the (secret-free) tuning goes
+        # in the one file runner reads for it: poll often, and keep no copy of Ansible's stdout on disk.
+        _write_private(run_dir / "env" / "settings", json.dumps({
+            "pexpect_timeout": _POLL_SECONDS,
+            "suppress_output_file": True,
+        }))
+        yield run_dir
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sigint_cancels(cancelled: threading.Event) -> Iterator[None]:
+    """Ctrl-C during the run asks runner to stop ansible-playbook instead of unwinding past it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        cancelled.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _outcome(status: str, rc: int, progress: RunProgress) -> Outcome:
+    if status == "canceled":
+        return Outcome.CANCELLED
+    if status == "timeout":
+        return Outcome.TIMEOUT
+    totals = progress.totals()
+    if status != "successful" or rc != 0 or totals.failed or totals.unreachable:
+        return Outcome.FAILED
+    return Outcome.CHANGED if totals.changed else Outcome.OK
+
+
+def run_playbook(
+    inventory: Mapping[str, Any],
+    options: RunOptions | None = None,
+    *,
+    hosts: list[str] | None = None,
+    on_update: Callable[[Update, RunProgress], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> RunResult:
+    """Run one playbook and return what happened.
+
+    `hosts` seeds the progress model so every targeted host has a row before its first task. `on_update` is called
+    in this thread for every event that changed the model. `cancel` is polled; returning True stops the run, as
+    does Ctrl-C when this runs in the main thread (outcome CANCELLED either way).
+    """
+    options = options or RunOptions()
+    playbook = playbook_path(options.playbook)
+    progress = RunProgress(hosts or [])
+    cancelled = threading.Event()
+    callback_error: list[BaseException] = []
+
+    def on_event(event: Event) -> bool:
+        try:
+            update = progress.handle(event)
+            if update is not None and on_update is not None:
+                on_update(update, progress)
+        except Exception as exc:  # a display bug must stop the run cleanly, not leave ansible-playbook behind
+            callback_error.append(exc)
+        return False  # keep no event files: everything needed is in `progress`
+
+    def should_cancel() -> bool:
+        try:
+            if cancel is not None and cancel():
+                cancelled.set()
+        except Exception as exc:  # same reason as above
+            callback_error.append(exc)
+        return cancelled.is_set() or bool(callback_error)
+
+    cmdline = " ".join(flag for flag, wanted in (("--check", options.check), ("--diff", options.diff)) if wanted)
+    started = time.monotonic()
+    with run_directory(inventory) as run_dir, _sigint_cancels(cancelled):
+        runner = ansible_runner.run(
+            private_data_dir=str(run_dir),
+            playbook=str(playbook),
+            inventory=str(run_dir / "inventory" / "hosts.json"),
+            envvars=_envvars(run_dir),
+            limit=options.limit,
+            tags=",".join(options.tags) or None,
+            skip_tags=",".join(options.skip_tags) or None,
+            forks=options.forks,
+            extravars=dict(options.extra_vars) or None,
+            cmdline=cmdline or None,
+            timeout=options.timeout,
+            quiet=True,
+            suppress_env_files=True,
+            event_handler=on_event,
+            cancel_callback=should_cancel,
+        )
+    if callback_error:
+        raise callback_error[0]
+    status, rc = str(runner.status), int(runner.rc if runner.rc is not None else 1)
+    return RunResult(
+        outcome=_outcome(status, rc, progress),
+        status=status,
+        rc=rc,
+        playbook=playbook,
+        check=options.check,
+        hosts={name: p.stats for name, p in progress.hosts.items()},
+        failures=list(progress.failures),
+        changes=list(progress.changes),
+        errors=list(progress.errors),
+        warnings=list(progress.warnings),
+        duration_s=time.monotonic() - started,
+    )
