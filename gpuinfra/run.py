@@ -206,10 +206,8 @@ def run_directory(inventory: Mapping[str, Any]) -> Iterator[Path]:
         link.symlink_to(ROOT, target_is_directory=True)
         # Passing `settings` to runner is ignored when env files are suppressed, so the (secret-free) tuning goes
         # in the one file runner reads for it: poll often, and keep no copy of Ansible's stdout on disk.
-        _write_private(run_dir / "env" / "settings", json.dumps({
-            "pexpect_timeout": _POLL_SECONDS,
-            "suppress_output_file": True,
-        }))
+        settings = {"pexpect_timeout": _POLL_SECONDS, "suppress_output_file": True}
+        _write_private(run_dir / "env" / "settings", json.dumps(settings))
         yield run_dir
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
