@@ -301,6 +301,12 @@ def run_playbook(
     if callback_error:
         raise callback_error[0]
     status, rc = str(runner.status), int(runner.rc if runner.rc is not None else 1)
+    # Hosts finish tasks in any order; report per host in inventory order, each host's own events in time order.
+    order = {host: index for index, host in enumerate(progress.hosts)}
+
+    def by_host(item: Failure | Change) -> int:
+        return order[item.host]
+
     return RunResult(
         outcome=_outcome(status, rc, progress),
         status=status,
@@ -308,8 +314,8 @@ def run_playbook(
         playbook=playbook,
         check=options.check,
         hosts={name: p.stats for name, p in progress.hosts.items()},
-        failures=list(progress.failures),
-        changes=list(progress.changes),
+        failures=sorted(progress.failures, key=by_host),
+        changes=sorted(progress.changes, key=by_host),
         errors=list(progress.errors),
         warnings=list(progress.warnings),
         duration_s=time.monotonic() - started,
