@@ -1,0 +1,410 @@
+#!/usr/bin/python
+# Copyright: gpuinfra maintainers
+# Apache License 2.0 (see LICENSE)
+"""Judge a GPU node's health from nvidia-smi, the kernel log, the nvidia kernel module and DKMS."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi import (
+    Policy,
+    SmiError,
+    SmiReport,
+    assess,
+    dkms_problems,
+    failure_message,
+    first_line,
+    kernel_module_problems,
+    parse_dkms_status,
+    parse_smi_xml,
+    parse_xid_log,
+    smi_failure,
+)
+
+DOCUMENTATION = r"""
+---
+module: gpu_health
+short_description: Check the health of a node's NVIDIA GPUs and report a per-GPU verdict
+version_added: "0.1.0"
+description:
+  - Runs C(nvidia-smi -q -x) once and reports, for every GPU, its index, name, UUID and PCI bus id with the
+    reasons it is unhealthy, if any.
+  - Per GPU it checks persistence mode, uncorrectable ECC errors since the driver loaded, pending or failed row
+    remapping (Ampere and newer) or pending page retirement (older GPUs), the temperature, clock slowdowns caused by
+    heat or the board (C(clocks_event_reasons), or C(clocks_throttle_reasons) on drivers before R550), the PCIe
+    link width and generation against their maximum, the MIG mode (current and pending) against the layout the
+    model assigns, and the XIDs the driver logged for that GPU since boot.
+  - For the node it checks the GPU count, the driver version in use against the pin, the version of the nvidia
+    kernel module C(modinfo) finds and of the loaded one, and that DKMS has the pinned module C(installed) for
+    the running kernel and every installed kernel (so also for the kernel that boots next).
+  - nvidia-smi missing, hung or failing (no driver loaded, C(Driver/library version mismatch), C(No devices were
+    found)) is reported as a node problem, not an error of the module.
+  - Never changes the host.
+options:
+  nvidia_smi:
+    description: The nvidia-smi command, by name (looked up on C(PATH) and the sbin folders) or by path.
+    type: str
+    default: nvidia-smi
+  timeout:
+    description: Seconds nvidia-smi may take before it counts as hung (needs C(timeout) from coreutils).
+    type: int
+    default: 120
+  expected_count:
+    description: Number of GPUs the node must have. C(0) skips the check.
+    type: int
+    default: 0
+  driver_version:
+    description:
+      - The pinned driver version, e.g. C(535.261.03); a branch such as C(535) accepts any C(535.*).
+      - Empty skips every version check (driver in use, kernel module, DKMS).
+    type: str
+    default: ""
+  max_temperature_c:
+    description: Highest healthy GPU temperature, in degrees Celsius.
+    type: int
+    default: 85
+  max_uncorrectable_ecc:
+    description: Most uncorrectable ECC errors a GPU may have had since the driver loaded (volatile count).
+    type: int
+    default: 0
+  allowed_xids:
+    description: XIDs that do not make a GPU unhealthy, e.g. C(13) or C(31) (faults of applications).
+    type: list
+    elements: int
+    default: []
+  require_persistence:
+    description: Whether persistence mode must be enabled on every GPU.
+    type: bool
+    default: true
+  check_pcie_link:
+    description:
+      - Whether a PCIe link below its maximum width, or below its maximum generation while the GPU is busy, is
+        a problem. Idle GPUs lower their link generation to save power, so an idle GPU's generation is not judged.
+    type: bool
+    default: true
+  check_mig:
+    description: Whether each GPU's MIG mode must match O(mig_layouts).
+    type: bool
+    default: true
+  mig_layouts:
+    description:
+      - GPU index to MIG layout name. GPUs listed must have MIG enabled with MIG devices created; the others must
+        have MIG disabled. A pending MIG mode change is a problem either way.
+    type: dict
+    default: {}
+  check_xid:
+    description: Whether to read the kernel log since boot (C(journalctl -k -b), else C(dmesg)) for NVRM XIDs.
+    type: bool
+    default: true
+  check_kernel_module:
+    description: Whether to compare C(modinfo -F version nvidia) and the loaded module's version with the pin.
+    type: bool
+    default: true
+  check_dkms:
+    description: Whether DKMS must have the pinned nvidia module C(installed) for every kernel in O(dkms_kernels).
+    type: bool
+    default: true
+  dkms_module:
+    description:
+      - DKMS module name, e.g. C(nvidia-current) (Debian) or C(nvidia) (NVIDIA's and Ubuntu's repositories).
+      - Unset accepts any of the names the NVIDIA driver packages use.
+    type: str
+  dkms_kernels:
+    description: Kernel releases DKMS is checked for. Empty means the running kernel and every installed kernel.
+    type: list
+    elements: str
+    default: []
+  fail_on_unhealthy:
+    description: Fail the task, naming every GPU and its reasons, when the node is unhealthy.
+    type: bool
+    default: true
+author:
+  - gpuinfra maintainers
+notes:
+  - Supports check mode; it only reads.
+  - Reading the kernel log and DKMS state usually needs root.
+"""
+
+EXAMPLES = r"""
+- name: Check the GPUs of an 8-GPU node pinned to 535.261.03
+  gpuinfra.cluster.gpu_health:
+    expected_count: 8
+    driver_version: "535.261.03"
+    allowed_xids: [13, 31]
+
+- name: Report without failing, MIG enabled on GPUs 0 and 1
+  gpuinfra.cluster.gpu_health:
+    mig_layouts: {"0": small-slices, "1": small-slices}
+    fail_on_unhealthy: false
+  register: health
+
+- name: Show the unhealthy GPUs
+  ansible.builtin.debug:
+    msg: "{{ health.gpus | selectattr('problems') | map(attribute='index') | list }}"
+"""
+
+RETURN = r"""
+healthy:
+  description: Whether the node has no problem at all.
+  returned: always
+  type: bool
+problems:
+  description: Every problem, each prefixed with its GPU (C(GPU 3 (00000000:5D:00.0))) or with C(node).
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 3 (00000000:5D:00.0): temperature 92 C is above the 85 C limit"]
+node_problems:
+  description: Problems of the node rather than of one GPU (nvidia-smi failing, count, versions, DKMS, XIDs of
+    GPUs nvidia-smi does not list).
+  returned: always
+  type: list
+  elements: str
+gpus:
+  description: One item per GPU nvidia-smi lists, in nvidia-smi's index order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index: {description: nvidia-smi index., type: int}
+    name: {description: Product name., type: str}
+    uuid: {description: GPU UUID., type: str}
+    pci_bus_id: {description: PCI bus id as nvidia-smi prints it., type: str}
+    minor_number: {description: Minor number of the /dev/nvidiaN device., type: int}
+    persistence_mode: {description: Enabled or Disabled., type: str}
+    temperature_c: {description: GPU temperature., type: int}
+    performance_state: {description: P-state, e.g. P0., type: str}
+    ecc:
+      description: ECC mode and uncorrectable error counts (volatile since the driver loaded, aggregate lifetime).
+      type: dict
+    remapped_rows:
+      description: Row remapper state (Ampere and newer), null where the GPU has none.
+      type: dict
+    retired_pages:
+      description: Page retirement state (older GPUs), null where not reported.
+      type: dict
+    clock_reasons: {description: Active clock event (throttle) reasons., type: list, elements: str}
+    pcie: {description: Current and maximum PCIe link generation and width., type: dict}
+    mig: {description: MIG mode (current, pending), MIG device count, assigned layout and expected mode., type: dict}
+    xids: {description: XID events of this GPU since boot., type: list, elements: dict}
+    problems: {description: Reasons this GPU is unhealthy; empty when healthy., type: list, elements: str}
+gpu_count:
+  description: Number of GPUs nvidia-smi lists.
+  returned: always
+  type: int
+expected_count:
+  description: Number of GPUs expected, or null when not checked.
+  returned: always
+  type: int
+driver_version:
+  description: Driver version nvidia-smi reports, or null without a report.
+  returned: always
+  type: str
+driver_pin:
+  description: The pin the node was judged against (empty when none).
+  returned: always
+  type: str
+nvidia_smi_rc:
+  description: Exit code of nvidia-smi, or null when it is not installed.
+  returned: always
+  type: int
+dtd:
+  description: The DTD nvidia-smi names in its XML (its output format version), e.g. C(nvsmi_device_v12.dtd).
+  returned: always
+  type: str
+kernel_log_source:
+  description: Where XIDs were read from (C(journalctl -k -b) or C(dmesg)), or why they could not be.
+  returned: always
+  type: str
+xid_events:
+  description: Every NVRM XID in the kernel log since boot, allowed ones included.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{xid: 79, pci: "0000:3b:00", gpu_instance: null, message: "GPU has fallen off the bus."}]
+kernel_module_version:
+  description: Version of the nvidia module C(modinfo) finds for the running kernel, or null.
+  returned: always
+  type: str
+loaded_module_version:
+  description: Version of the loaded nvidia module (C(/sys/module/nvidia/version)), or null when not loaded.
+  returned: always
+  type: str
+dkms_kernels:
+  description: Kernel releases DKMS was checked for.
+  returned: always
+  type: list
+  elements: str
+dkms:
+  description: Lines of C(dkms status) for NVIDIA modules, parsed.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+SYS_MODULE_VERSION = "/sys/module/nvidia/version"
+
+ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "timeout": {"type": "int", "default": 120},
+    "expected_count": {"type": "int", "default": 0},
+    "driver_version": {"type": "str", "default": ""},
+    "max_temperature_c": {"type": "int", "default": 85},
+    "max_uncorrectable_ecc": {"type": "int", "default": 0},
+    "allowed_xids": {"type": "list", "elements": "int", "default": []},
+    "require_persistence": {"type": "bool", "default": True},
+    "check_pcie_link": {"type": "bool", "default": True},
+    "check_mig": {"type": "bool", "default": True},
+    "mig_layouts": {"type": "dict", "default": {}},
+    "check_xid": {"type": "bool", "default": True},
+    "check_kernel_module": {"type": "bool", "default": True},
+    "check_dkms": {"type": "bool", "default": True},
+    "dkms_module": {"type": "str"},
+    "dkms_kernels": {"type": "list", "elements": "str", "default": []},
+    "fail_on_unhealthy": {"type": "bool", "default": True},
+}
+
+
+def run_nvidia_smi(module: AnsibleModule) -> tuple[SmiReport | None, int | None, list[str], str | None]:
+    """Run nvidia-smi once. Returns the report (or None), its exit code, node problems and the DTD it named."""
+    smi = module.params["nvidia_smi"]
+    path = smi if os.path.sep in smi else module.get_bin_path(smi)
+    if not path or not os.access(path, os.X_OK):
+        return None, None, [f"{smi} is not installed: no NVIDIA driver user-space tools on this node"], None
+    command = [path, "-q", "-x"]
+    timeout = module.get_bin_path("timeout")
+    if timeout and module.params["timeout"] > 0:
+        command = [timeout, "-k", "10", str(module.params["timeout"]), *command]
+    rc, out, err = module.run_command(command, check_rc=False)
+    looks_like_xml = out.lstrip().startswith("<")
+    if looks_like_xml:
+        try:
+            report = parse_smi_xml(out)
+        except SmiError as exc:
+            return None, rc, [str(exc) if rc == 0 else smi_failure(rc, out, err)], None
+        problems = [] if rc == 0 else [f"nvidia-smi exited with code {rc}: {first_line(err) or 'no message'}"]
+        return report, rc, problems, report.dtd
+    return None, rc, [smi_failure(rc, out, err)], None
+
+
+def read_kernel_log(module: AnsibleModule) -> tuple[str | None, str]:
+    """Kernel messages since boot, and where they came from (or why none could be read)."""
+    errors = []
+    journalctl = module.get_bin_path("journalctl")
+    if journalctl:
+        rc, out, err = module.run_command(
+            [journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], check_rc=False
+        )
+        if rc == 0:
+            return out, "journalctl -k -b"
+        errors.append(f"journalctl -k -b: {first_line(err) or f'exit code {rc}'}")
+    dmesg = module.get_bin_path("dmesg")
+    if dmesg:
+        rc, out, err = module.run_command([dmesg], check_rc=False)
+        if rc == 0:
+            return out, "dmesg"
+        errors.append(f"dmesg: {first_line(err) or f'exit code {rc}'}")
+    return None, "; ".join(errors) or "neither journalctl nor dmesg is installed"
+
+
+def kernel_module_versions(module: AnsibleModule) -> tuple[str | None, str | None]:
+    modinfo_version = None
+    modinfo = module.get_bin_path("modinfo")
+    if modinfo:
+        rc, out, _ = module.run_command([modinfo, "-F", "version", "nvidia"], check_rc=False)
+        if rc == 0 and out.strip():
+            modinfo_version = out.strip().splitlines()[0].strip()
+    loaded_version = None
+    try:
+        with open(SYS_MODULE_VERSION, encoding="ascii", errors="replace") as handle:
+            loaded_version = handle.read().strip() or None
+    except OSError:
+        pass
+    return modinfo_version, loaded_version
+
+
+def installed_kernels() -> list[str]:
+    """Kernel releases with an image in /boot (vmlinuz-RELEASE), the way GRUB's generator finds them."""
+    releases = []
+    for image in glob.glob("/boot/vmlinuz-*"):
+        release = os.path.basename(image)[len("vmlinuz-") :]
+        if release and not release.endswith((".old", ".bak")):
+            releases.append(release)
+    return sorted(set(releases))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+    )
+    p = module.params
+    pin = (p["driver_version"] or "").strip()
+    policy = Policy(
+        expected_count=p["expected_count"] or None,
+        driver_version=pin,
+        max_temperature_c=p["max_temperature_c"],
+        max_uncorrectable_ecc=p["max_uncorrectable_ecc"],
+        allowed_xids=tuple(p["allowed_xids"]),
+        require_persistence=p["require_persistence"],
+        check_pcie_link=p["check_pcie_link"],
+        check_mig=p["check_mig"],
+        mig_layouts={str(k): str(v) for k, v in (p["mig_layouts"] or {}).items() if v},
+    )
+
+    report, smi_rc, node_problems, dtd = run_nvidia_smi(module)
+
+    xid_events = []
+    kernel_log_source = "not checked"
+    if p["check_xid"]:
+        log, kernel_log_source = read_kernel_log(module)
+        if log is None:
+            node_problems.append(f"cannot read the kernel log, XIDs are unchecked ({kernel_log_source})")
+        else:
+            xid_events = parse_xid_log(log)
+
+    modinfo_version, loaded_version = None, None
+    if p["check_kernel_module"]:
+        modinfo_version, loaded_version = kernel_module_versions(module)
+        node_problems.extend(kernel_module_problems(pin, modinfo_version, loaded_version))
+
+    dkms_entries: list[dict[str, Any]] = []
+    kernels: list[str] = []
+    if p["check_dkms"] and pin:
+        kernels = list(p["dkms_kernels"]) or sorted({os.uname().release, *installed_kernels()})
+        dkms = module.get_bin_path("dkms")
+        if not dkms:
+            node_problems.append("dkms is not installed, so no kernel can have the nvidia module built by DKMS")
+        else:
+            rc, out, err = module.run_command([dkms, "status"], check_rc=False)
+            if rc != 0:
+                node_problems.append(f"dkms status failed (exit code {rc}): {first_line(err) or 'no message'}")
+            else:
+                entries = parse_dkms_status(out)
+                dkms_entries = [e.__dict__ for e in entries if e.module.startswith("nvidia")]
+                node_problems.extend(dkms_problems(entries, pin, kernels, p["dkms_module"]))
+
+    verdict = assess(report, policy, xid_events, node_problems)
+    result: dict[str, Any] = {
+        "changed": False,
+        **verdict,
+        "nvidia_smi_rc": smi_rc,
+        "dtd": dtd,
+        "kernel_log_source": kernel_log_source,
+        "xid_events": [e.__dict__ for e in xid_events],
+        "kernel_module_version": modinfo_version,
+        "loaded_module_version": loaded_version,
+        "dkms_kernels": kernels,
+        "dkms": dkms_entries,
+    }
+    if p["fail_on_unhealthy"] and not verdict["healthy"]:
+        module.fail_json(msg=failure_message(verdict), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
