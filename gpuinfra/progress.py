@@ -180,9 +180,7 @@ class RunProgress:
             progress = self.host(host)
             progress.stats = stats
             progress.state = _state(stats)
-        # A failure rescued by a block's `rescue` shows up as an event but is not a failure in the end.
-        failed_hosts = {h for h, s in per_host.items() if s.failed or s.unreachable}
-        self.failures = [f for f in self.failures if f.host in failed_hosts]
+        self.failures = _unrescued(self.failures, per_host)
         self.stats_final = True
 
     def _verbose(self, stdout: str) -> Update | None:
@@ -197,6 +195,19 @@ class RunProgress:
             # Continuation lines (the origin of a syntax error, for one) belong to the message above them.
             self._message[-1] += "\n" + line
         return None
+
+
+def _unrescued(failures: list[Failure], stats: Mapping[str, HostStats]) -> list[Failure]:
+    """Drop failures that a block's `rescue` handled: their events look like any other failure.
+
+    A host stops at a failure nothing rescues, so its final failures are its last ones; the stats say how many.
+    """
+    keep: set[int] = set()
+    for host, host_stats in stats.items():
+        for unreachable, count in ((False, host_stats.failed), (True, host_stats.unreachable)):
+            mine = [f for f in failures if f.host == host and f.unreachable is unreachable]
+            keep.update(id(f) for f in (mine[len(mine) - count :] if count else []))
+    return [f for f in failures if id(f) in keep]
 
 
 def _state(stats: HostStats) -> HostState:
@@ -219,7 +230,8 @@ def failure_message(res: Mapping[str, Any]) -> str:
     if res.get("censored"):
         return "the output is hidden because the task has no_log: true"
     items = res.get("results")
-    if isinstance(items, list) and not res.get("msg"):
+    if isinstance(items, list):
+        # The task's own msg is only "One or more items failed"; the items say which and why.
         parts = [_item_message(item) for item in items if isinstance(item, Mapping) and item.get("failed")]
         if parts:
             return "\n".join(parts)

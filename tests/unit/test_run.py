@@ -185,3 +185,17 @@ def test_target_hosts_follows_ansible_patterns() -> None:
     assert target_hosts(inventory, "all:!n1") == ["n2", "dead1"]
     assert target_hosts(inventory, "n*") == ["n1", "n2"]
     assert target_hosts(inventory, "nothing-here") == []
+
+
+def test_rescued_ignored_loop_and_no_log_failures(run_root: Path) -> None:
+    result = run_playbook(local_inventory("n1", "n2"), options("edge.yml"))
+    assert result.outcome is Outcome.FAILED
+    n1, n2 = result.hosts["n1"], result.hosts["n2"]
+    assert (n1.rescued, n1.ignored, n1.failed) == (1, 1, 1)
+    assert (n2.rescued, n2.ignored, n2.failed) == (1, 1, 1)
+    # The rescued and the ignored failures are not reported; the loop names its failing item; no_log hides output.
+    loop, secret = result.failures
+    assert (loop.host, loop.task) == ("n1", "Fail on one item of a loop")
+    assert "item bad:" in loop.message and "item is bad" in loop.message and "good" not in loop.message
+    assert (secret.host, secret.task) == ("n2", "Fail with a secret")
+    assert "no_log" in secret.message and "hunter2" not in secret.message
