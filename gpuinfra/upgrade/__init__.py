@@ -1,0 +1,1 @@
+"""Rolling work across the cluster: a sliding-window scheduler, its journal, and its simulation."""
