@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from gpuinfra.model import Cluster
+from gpuinfra.render.vars import health
+from gpuinfra.resolve import ResolvedCluster, resolve
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
 MODULE = ROOT / "plugins" / "modules" / "gpu_health.py"
@@ -332,3 +336,128 @@ def test_documented_return_values_are_what_the_module_returns(node: Node) -> Non
     assert returned == documented
     gpu_keys = set(YAML(typ="safe").load(_module_constants()["RETURN"])["gpus"]["contains"])
     assert set(result["gpus"][0]) == gpu_keys
+
+
+# --- the role and its playbook, and the variables gpuinfra renders for them ------------------------------------
+
+
+def _role_options() -> dict[str, Any]:
+    specs = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "meta" / "argument_specs.yml").read_text())
+    options: dict[str, Any] = specs["argument_specs"]["main"]["options"]
+    return options
+
+
+def _cluster(**sections: Any) -> ResolvedCluster:
+    groups = {
+        "gpu": {"hosts": "gpu[01-02]", "roles": ["slurm_compute"], "gpu": {"model": "H100-SXM5-80GB", "count": 8}}
+    }
+    return resolve(Cluster.model_validate({"name": "t", "node_groups": groups, **sections}))
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        (
+            {"driver": {"version": "535.261.03"}, "health": {"max_temperature_c": 80, "allowed_xids": [31, 13, 13]}},
+            {
+                "gpu_health_max_temperature_c": 80,
+                "gpu_health_max_uncorrectable_ecc": 0,
+                "gpu_health_allowed_xids": [13, 31],
+                "gpu_health_require_persistence": True,
+                "gpu_health_check_pcie_link": True,
+                "gpu_health_driver_version": "535.261.03",
+            },
+        ),
+        (
+            {"driver": {"branch": 550}, "health": {"require_persistence": False, "check_pcie_link": False}},
+            {
+                "gpu_health_max_temperature_c": 85,
+                "gpu_health_max_uncorrectable_ecc": 0,
+                "gpu_health_allowed_xids": [],
+                "gpu_health_require_persistence": False,
+                "gpu_health_check_pcie_link": False,
+                "gpu_health_driver_version": "550",
+            },
+        ),
+        (
+            {"health": {"max_uncorrectable_ecc": 2}},
+            {"gpu_health_max_uncorrectable_ecc": 2, "gpu_health_driver_version": ""},
+        ),
+    ],
+)
+def test_rendered_variables(sections: dict[str, Any], expected: dict[str, Any]) -> None:
+    rendered = health.group_vars(_cluster(**sections))
+    assert {k: rendered[k] for k in expected} == expected
+    options = _role_options()
+    assert set(rendered) <= set(options)
+    python_types = {"int": int, "bool": bool, "list": list, "str": str, "dict": dict}
+    for name, value in rendered.items():
+        assert type(value) is python_types[options[name]["type"]], name
+    assert health.ARTIFACTS == ()
+
+
+def test_role_defaults_read_the_inventory_host_facts() -> None:
+    defaults = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "defaults" / "main.yml").read_text())
+    assert "gpuinfra_gpu_count" in defaults["gpu_health_expected_count"]
+    assert "gpuinfra_mig_layouts" in defaults["gpu_health_mig_layouts"]
+
+
+def test_health_playbook_fails_only_the_unhealthy_node(node: Node) -> None:
+    """Two nodes: gpu01 as modelled, gpu02 with MIG on a GPU the model leaves whole. Only gpu02 fails."""
+    node.tool("smi-h100", DATA / "h100-hgx-8x-healthy.xml")
+    node.tool("smi-a100", DATA / "a100-sxm4-4x-mig.xml")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {
+        "all": {
+            "vars": {"gpu_health_check_kernel_module": False, "gpu_health_check_dkms": False},
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {
+                        "gpu01": {
+                            **local,
+                            "gpuinfra_gpu_count": 8,
+                            "gpuinfra_mig_layouts": {},
+                            "gpu_health_nvidia_smi": str(node.bin / "smi-h100"),
+                        },
+                        "gpu02": {
+                            **local,
+                            "gpuinfra_gpu_count": 4,
+                            "gpuinfra_mig_layouts": {"0": "halves"},
+                            "gpu_health_nvidia_smi": str(node.bin / "smi-a100"),
+                        },
+                    }
+                }
+            },
+        }
+    }
+    (node.tmp / "inventory.json").write_text(json.dumps(inventory))
+    env = {
+        **os.environ,
+        "PATH": f"{node.bin}:{ANSIBLE.parent}:/usr/local/bin:/usr/bin:/bin",
+        "ANSIBLE_COLLECTIONS_PATH": str(node.collections),
+        "ANSIBLE_LOCAL_TEMP": str(node.tmp / "ansible-local"),
+        "ANSIBLE_HOME": str(node.tmp / "ansible-home"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    proc = subprocess.run(
+        [
+            str(ANSIBLE.parent / "ansible-playbook"),
+            "-i",
+            str(node.tmp / "inventory.json"),
+            str(ROOT / "playbooks" / "health.yml"),
+        ],
+        env=env,
+        cwd=node.tmp,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    recap = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("gpu0")}
+    assert "failed=0" in recap["gpu01"] and "failed=1" in recap["gpu02"]
+    assert '"Healthy: 8 GPU(s), driver 550.127.05"' in proc.stdout
+    assert (
+        "GPU node unhealthy (1 problem): GPU 1 (00000000:0F:00.0): MIG mode is Enabled, "
+        "the model assigns no MIG layout to this GPU"
+    ) in proc.stdout
