@@ -114,7 +114,10 @@ options:
       - Unset accepts any of the names the NVIDIA driver packages use.
     type: str
   dkms_kernels:
-    description: Kernel releases DKMS is checked for. Empty means the running kernel and every installed kernel.
+    description:
+      - Kernel releases DKMS is checked for.
+      - Empty means every installed kernel (an image in C(/boot)) and the running kernel where C(/lib/modules/RELEASE)
+        exists (in a container the running kernel is the host's).
     type: list
     elements: str
     default: []
@@ -328,13 +331,17 @@ def kernel_module_versions(module: AnsibleModule) -> tuple[str | None, str | Non
 
 
 def installed_kernels() -> list[str]:
-    """Kernel releases with an image in /boot (vmlinuz-RELEASE), the way GRUB's generator finds them."""
-    releases = []
+    """Kernels installed on this root file system: an image in /boot (vmlinuz-RELEASE, the way GRUB's generator
+    finds them), and the running kernel where its modules folder exists (in a container it belongs to the host)."""
+    releases = set()
     for image in glob.glob("/boot/vmlinuz-*"):
         release = os.path.basename(image)[len("vmlinuz-") :]
         if release and not release.endswith((".old", ".bak")):
-            releases.append(release)
-    return sorted(set(releases))
+            releases.add(release)
+    running = os.uname().release
+    if os.path.isdir(os.path.join("/lib/modules", running)):
+        releases.add(running)
+    return sorted(releases)
 
 
 def main() -> None:
@@ -375,9 +382,11 @@ def main() -> None:
     dkms_entries: list[dict[str, Any]] = []
     kernels: list[str] = []
     if p["check_dkms"] and pin:
-        kernels = list(p["dkms_kernels"]) or sorted({os.uname().release, *installed_kernels()})
+        kernels = list(p["dkms_kernels"]) or installed_kernels()
         dkms = module.get_bin_path("dkms")
-        if not dkms:
+        if not kernels:
+            node_problems.append("DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)")
+        elif not dkms:
             node_problems.append("dkms is not installed, so no kernel can have the nvidia module built by DKMS")
         else:
             rc, out, err = module.run_command([dkms, "status"], check_rc=False)

@@ -287,15 +287,22 @@ def test_kernel_module_and_dkms_against_the_pin(node: Node) -> None:
     assert result["kernel_module_version"] == "535.216.03"
 
 
-def test_dkms_defaults_to_the_running_and_every_installed_kernel(node: Node) -> None:
-    kernels = sorted({os.uname().release, *(Path(p).name[len("vmlinuz-") :] for p in glob.glob("/boot/vmlinuz-*"))})
+def test_dkms_defaults_to_every_installed_kernel(node: Node) -> None:
+    kernels = {Path(p).name[len("vmlinuz-") :] for p in glob.glob("/boot/vmlinuz-*")}
+    if Path("/lib/modules", os.uname().release).is_dir():
+        kernels.add(os.uname().release)
     node.tool("nvidia-smi", DATA / "a100-sxm4-4x-mig.xml")
-    node.tool("dkms", "".join(f"nvidia/535.261.03, {k}, x86_64: installed\n" for k in kernels[1:]))
+    node.tool("dkms", "".join(f"nvidia/535.261.03, {k}, x86_64: installed\n" for k in sorted(kernels)[1:]))
     args = {"driver_version": "535.261.03", "mig_layouts": {"0": "a", "1": "b"}, "check_kernel_module": False}
     rc, result, _ = node.run(args)
-    assert result["dkms_kernels"] == kernels
-    assert result["node_problems"] == [f"DKMS: no nvidia module 535.261.03 for kernel {kernels[0]}"]
     assert rc == 2
+    assert result["dkms_kernels"] == sorted(kernels)
+    if kernels:
+        assert result["node_problems"] == [f"DKMS: no nvidia module 535.261.03 for kernel {sorted(kernels)[0]}"]
+    else:  # a container without kernels of its own, like the machines these tests were written on
+        assert result["node_problems"] == [
+            "DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"
+        ]
 
 
 # --- documentation agrees with the code ---------------------------------------------------------------------------
