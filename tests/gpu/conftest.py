@@ -1,0 +1,63 @@
+"""Tests that need a real NVIDIA GPU: they skip, saying why, wherever `nvidia-smi -L` sees none.
+
+They only read: they never change MIG mode, reset a GPU, or set clocks, power limits or persistence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_nvidia_smi() -> ModuleType:
+    """The health parser the gpu_health module runs on hosts (plugins/module_utils/nvidia_smi.py)."""
+    name = "gpuinfra_plugin_nvidia_smi"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / "nvidia_smi.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def smi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="session")
+def gpu_listing() -> list[tuple[int, str, str]]:
+    """(index, name, UUID) of every GPU `nvidia-smi -L` lists; skips the test where it lists none."""
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not installed: no NVIDIA GPU to test against")
+    listing = smi("-L")
+    gpus = [
+        (int(m.group(1)), m.group(2), m.group(3))
+        for m in re.finditer(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)", listing.stdout, re.MULTILINE)
+    ]
+    if listing.returncode != 0 or not gpus:
+        reason = (listing.stdout + listing.stderr).strip().splitlines()
+        pytest.skip(f"nvidia-smi -L sees no GPU ({reason[0] if reason else f'exit code {listing.returncode}'})")
+    return gpus
+
+
+@pytest.fixture(scope="session")
+def nv() -> ModuleType:
+    return load_nvidia_smi()
+
+
+@pytest.fixture(scope="session")
+def smi_xml(gpu_listing: list[tuple[int, str, str]]) -> str:
+    """`nvidia-smi -q -x` of this machine, read once."""
+    out = smi("-q", "-x")
+    assert out.returncode == 0, f"nvidia-smi -q -x failed: {(out.stdout + out.stderr).strip()[:500]}"
+    return out.stdout
