@@ -1,0 +1,68 @@
+"""The NVIDIA driver and its kernel gate: role variables from `driver:` in the cluster file.
+
+Roles: nvidia_driver, gpu_kernel_gate (and gpu_preflight, which needs nothing from the model).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...model.driver import DistributionSource, Driver, LocalSource, MirrorSource
+from ...resolve import ResolvedCluster
+from ..artifacts import Artifact
+
+# The fabric manager goes where the host's GPUs sit on an NVSwitch fabric: a per-host fact of the inventory.
+FABRIC_MANAGER_FROM_HOST = "{{ gpuinfra_nvswitch | default(false) | bool }}"
+
+ARTIFACTS: list[Artifact] = [
+    Artifact(
+        path="nvidia-driver/apt/preferences.d/gpuinfra-nvidia-driver.pref",
+        role="nvidia_driver",
+        template="nvidia-driver.pref.j2",
+        host_role="gpu_nodes",
+    ),
+    Artifact(
+        path="nvidia-driver/apt/apt.conf.d/51gpuinfra-nvidia-driver",
+        role="nvidia_driver",
+        template="unattended-upgrades-nvidia.conf.j2",
+        host_role="gpu_nodes",
+    ),
+    Artifact(
+        path="nvidia-driver/modprobe.d/gpuinfra-blacklist-nouveau.conf",
+        role="nvidia_driver",
+        template="blacklist-nouveau.conf.j2",
+        host_role="gpu_nodes",
+    ),
+]
+
+
+def source_vars(driver: Driver) -> dict[str, Any]:
+    source = driver.source
+    return {
+        "nvidia_driver_source_type": source.type,
+        "nvidia_driver_source_backports": source.backports if isinstance(source, DistributionSource) else False,
+        "nvidia_driver_source_url": source.url if isinstance(source, MirrorSource) else "",
+        "nvidia_driver_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
+        "nvidia_driver_source_path": source.path if isinstance(source, LocalSource) else "",
+    }
+
+
+def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    driver = rc.model.driver
+    if driver is None:
+        return {}
+    version = driver.version or ""
+    return {
+        "nvidia_driver_version": version,
+        "nvidia_driver_branch": driver.major,
+        "nvidia_driver_kernel_modules": driver.kernel_modules,
+        **source_vars(driver),
+        "nvidia_driver_hold": driver.hold,
+        "nvidia_driver_fabric_manager": FABRIC_MANAGER_FROM_HOST,
+        "nvidia_driver_fabric_manager_version": driver.fabric_manager_version or "",
+        "nvidia_driver_reboot": driver.reboot,
+        # The gate checks the same module the driver role installs.
+        "gpu_kernel_gate_driver_version": version,
+        "gpu_kernel_gate_driver_branch": driver.major,
+        "gpu_kernel_gate_kernel_modules": driver.kernel_modules,
+    }
