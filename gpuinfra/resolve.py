@@ -52,6 +52,8 @@ class Host:
     nvswitch: bool
     # GPU index -> MIG layout name; GPUs without an entry keep MIG disabled.
     mig_layouts: dict[int, str] = field(default_factory=dict)
+    # Device nodes without hardware (the sandbox): see Gpu.emulated.
+    gpu_emulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def _group_hosts(name: str, group: NodeGroup, cluster: Cluster) -> list[Host]:
             gpu_count=gpu_count,
             nvswitch=bool(group.gpu and group.gpu.nvswitch),
             mig_layouts=mig,
+            gpu_emulated=bool(group.gpu and group.gpu.emulated),
         )
         for host in expand_hosts(group.hosts)
     ]

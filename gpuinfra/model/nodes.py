@@ -47,6 +47,9 @@ class Gpu(Model):
     """GPUs per host."""
     nvswitch: bool = False
     """HGX/DGX boards with NVSwitch need the fabric manager at exactly the driver version."""
+    emulated: bool = False
+    """Device nodes without hardware, as in the sandbox: the driver is installed and its DKMS module built, but not
+    loaded; checks that need nvidia-smi are skipped with that reason."""
 
 
 class Taint(Model):

@@ -24,6 +24,7 @@ def host_vars(host: Host) -> dict[str, Any]:
         "gpuinfra_gpu_model": host.gpu_model,
         "gpuinfra_gpu_count": host.gpu_count,
         "gpuinfra_nvswitch": host.nvswitch,
+        "gpuinfra_gpu_emulated": host.gpu_emulated,
         # JSON object keys are strings; Ansible templates see "0": "layout".
         "gpuinfra_mig_layouts": {str(index): name for index, name in sorted(host.mig_layouts.items())},
     }
