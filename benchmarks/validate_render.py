@@ -20,8 +20,12 @@ from ruamel.yaml import YAML
 from gpuinfra.load import load_cluster
 from gpuinfra.render.inventory import inventory_list, inventory_yaml
 
-GROUPS = [("h200", "H200-SXM5-141GB", 8), ("h100", "H100-SXM5-80GB", 8), ("a100", "A100-SXM4-80GB", 8),
-          ("l40s", "L40S", 4)]
+GROUPS = [
+    ("h200", "H200-SXM5-141GB", 8),
+    ("h100", "H100-SXM5-80GB", 8),
+    ("a100", "A100-SXM4-80GB", 8),
+    ("l40s", "L40S", 4),
+]
 
 
 def cluster_file(nodes: int) -> dict[str, object]:
@@ -32,9 +36,13 @@ def cluster_file(nodes: int) -> dict[str, object]:
     }
     for i, (name, model, count) in enumerate(GROUPS):
         size = per_group if i < len(GROUPS) - 1 else nodes - 2 - per_group * (len(GROUPS) - 1)
-        node_groups[name] = {"hosts": f"{name}-[00001-{size:05d}]", "roles": ["slurm_compute"],
-                             "gpu": {"model": model, "count": count, "nvswitch": count == 8},
-                             "cpus": 128, "memory_mb": 1000000}
+        node_groups[name] = {
+            "hosts": f"{name}-[00001-{size:05d}]",
+            "roles": ["slurm_compute"],
+            "gpu": {"model": model, "count": count, "nvswitch": count == 8},
+            "cpus": 128,
+            "memory_mb": 1000000,
+        }
     return {
         "name": "bench",
         "node_groups": node_groups,

@@ -95,8 +95,11 @@ def _slurm(rc: ResolvedCluster, report: Report) -> None:
     slurm = model.slurm
     if slurm is None:
         if used:
-            report.error(("node_groups",), f"hosts have Slurm roles ({', '.join(sorted(used))}) but there is no "
-                         "`slurm:` section; add one with at least one partition")
+            report.error(
+                ("node_groups",),
+                f"hosts have Slurm roles ({', '.join(sorted(used))}) but there is no "
+                "`slurm:` section; add one with at least one partition",
+            )
         return
     controllers = rc.with_role("slurm_controller")
     if len(controllers) != 1:
@@ -107,52 +110,73 @@ def _slurm(rc: ResolvedCluster, report: Report) -> None:
     compute_groups = [n for n, g in model.node_groups.items() if "slurm_compute" in g.roles]
     defaults = [name for name, p in slurm.partitions.items() if p.default]
     if len(defaults) > 1:
-        report.error(("slurm", "partitions", defaults[1], "default"),
-                     f"only one partition can be the default (also: {defaults[0]!r})")
+        report.error(
+            ("slurm", "partitions", defaults[1], "default"),
+            f"only one partition can be the default (also: {defaults[0]!r})",
+        )
     for name, part in slurm.partitions.items():
         for i, group in enumerate(part.node_groups):
             if group not in compute_groups:
                 what = "has no slurm_compute role" if group in model.node_groups else "is not a node group"
-                report.error(("slurm", "partitions", name, "node_groups", i),
-                             f"{group!r} {what}; {suggest(group, compute_groups)}")
+                report.error(
+                    ("slurm", "partitions", name, "node_groups", i),
+                    f"{group!r} {what}; {suggest(group, compute_groups)}",
+                )
         for i, account in enumerate(part.allow_accounts):
             if account not in slurm.accounts:
-                report.error(("slurm", "partitions", name, "allow_accounts", i),
-                             f"account {account!r} is not defined under slurm.accounts; "
-                             f"{suggest(account, list(slurm.accounts))}")
+                report.error(
+                    ("slurm", "partitions", name, "allow_accounts", i),
+                    f"account {account!r} is not defined under slurm.accounts; "
+                    f"{suggest(account, list(slurm.accounts))}",
+                )
         if part.qos and part.qos not in slurm.qos:
-            report.error(("slurm", "partitions", name, "qos"),
-                         f"QoS {part.qos!r} is not defined under slurm.qos; {suggest(part.qos, list(slurm.qos))}")
+            report.error(
+                ("slurm", "partitions", name, "qos"),
+                f"QoS {part.qos!r} is not defined under slurm.qos; {suggest(part.qos, list(slurm.qos))}",
+            )
     for name, qos in slurm.qos.items():
         for i, other in enumerate(qos.preempt):
             if other not in slurm.qos:
-                report.error(("slurm", "qos", name, "preempt", i),
-                             f"QoS {other!r} is not defined; {suggest(other, list(slurm.qos))}")
+                report.error(
+                    ("slurm", "qos", name, "preempt", i),
+                    f"QoS {other!r} is not defined; {suggest(other, list(slurm.qos))}",
+                )
         if qos.preempt and slurm.preempt_mode == "off":
-            report.warning(("slurm", "qos", name, "preempt"),
-                           "preemption is off cluster-wide (slurm.preempt_mode: off), so this has no effect")
+            report.warning(
+                ("slurm", "qos", name, "preempt"),
+                "preemption is off cluster-wide (slurm.preempt_mode: off), so this has no effect",
+            )
     for name, account in slurm.accounts.items():
         if account.parent and account.parent not in slurm.accounts:
-            report.error(("slurm", "accounts", name, "parent"),
-                         f"account {account.parent!r} is not defined; {suggest(account.parent, list(slurm.accounts))}")
+            report.error(
+                ("slurm", "accounts", name, "parent"),
+                f"account {account.parent!r} is not defined; {suggest(account.parent, list(slurm.accounts))}",
+            )
         for i, qos_name in enumerate(account.qos):
             if qos_name not in slurm.qos:
-                report.error(("slurm", "accounts", name, "qos", i),
-                             f"QoS {qos_name!r} is not defined under slurm.qos; {suggest(qos_name, list(slurm.qos))}")
+                report.error(
+                    ("slurm", "accounts", name, "qos", i),
+                    f"QoS {qos_name!r} is not defined under slurm.qos; {suggest(qos_name, list(slurm.qos))}",
+                )
         if account.default_qos and account.default_qos not in account.qos:
-            report.error(("slurm", "accounts", name, "default_qos"),
-                         f"{account.default_qos!r} must also be listed in this account's qos")
+            report.error(
+                ("slurm", "accounts", name, "default_qos"),
+                f"{account.default_qos!r} must also be listed in this account's qos",
+            )
     _account_cycles(rc, report)
     capacity = sum(h.gpu_count for h in rc.with_role("slurm_compute"))
     for name, qos in slurm.qos.items():
         for key, limit in (("max_gpus_per_user", qos.max_gpus_per_user), ("max_gpus_per_job", qos.max_gpus_per_job)):
             if limit and limit > capacity:
-                report.warning(("slurm", "qos", name, key),
-                               f"{limit} GPUs is more than the cluster's {capacity} Slurm GPUs")
+                report.warning(
+                    ("slurm", "qos", name, key), f"{limit} GPUs is more than the cluster's {capacity} Slurm GPUs"
+                )
     for name, account in slurm.accounts.items():
         if account.max_gpus and account.max_gpus > capacity:
-            report.warning(("slurm", "accounts", name, "max_gpus"),
-                           f"{account.max_gpus} GPUs is more than the cluster's {capacity} Slurm GPUs")
+            report.warning(
+                ("slurm", "accounts", name, "max_gpus"),
+                f"{account.max_gpus} GPUs is more than the cluster's {capacity} Slurm GPUs",
+            )
 
 
 def _account_cycles(rc: ResolvedCluster, report: Report) -> None:
@@ -162,8 +186,9 @@ def _account_cycles(rc: ResolvedCluster, report: Report) -> None:
         parent = accounts[start].parent
         while parent in accounts:
             if parent in seen:
-                report.error(("slurm", "accounts", start, "parent"),
-                             f"accounts form a cycle: {' -> '.join([*seen, parent])}")
+                report.error(
+                    ("slurm", "accounts", start, "parent"), f"accounts form a cycle: {' -> '.join([*seen, parent])}"
+                )
                 break
             seen.append(parent)
             parent = accounts[parent].parent
@@ -186,19 +211,25 @@ def _monitoring(rc: ResolvedCluster, report: Report) -> None:
     mon = rc.model.monitoring
     servers = SERVER_COMPONENTS & set(mon.components)
     if servers and not rc.with_role("monitoring"):
-        report.error(("monitoring", "components"),
-                     f"{', '.join(sorted(servers))} need a host with the monitoring role; add the role to a node "
-                     "group or remove them from components")
+        report.error(
+            ("monitoring", "components"),
+            f"{', '.join(sorted(servers))} need a host with the monitoring role; add the role to a node "
+            "group or remove them from components",
+        )
     for severity in ("critical", "warning", "info"):
         for i, receiver in enumerate(getattr(mon.routes, severity)):
             if receiver not in mon.receivers:
-                report.error(("monitoring", "routes", severity, i),
-                             f"receiver {receiver!r} is not defined; {suggest(receiver, list(mon.receivers))}")
+                report.error(
+                    ("monitoring", "routes", severity, i),
+                    f"receiver {receiver!r} is not defined; {suggest(receiver, list(mon.receivers))}",
+                )
 
 
 def _upgrade(rc: ResolvedCluster, report: Report) -> None:
     policy = rc.model.upgrade
     gpu_nodes = len(rc.gpu_hosts)
     if isinstance(policy.max_unavailable, int) and gpu_nodes and policy.max_unavailable > gpu_nodes:
-        report.warning(("upgrade", "max_unavailable"),
-                       f"{policy.max_unavailable} exceeds the {gpu_nodes} GPU nodes: every node may be out at once")
+        report.warning(
+            ("upgrade", "max_unavailable"),
+            f"{policy.max_unavailable} exceeds the {gpu_nodes} GPU nodes: every node may be out at once",
+        )

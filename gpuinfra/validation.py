@@ -25,7 +25,6 @@ Loc = tuple[str | int, ...]
 YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n"}
 
 
-
 def _unwrap(annotation: Any, data: Any) -> Any:
     """Strip Annotated/Optional; of a union of models pick the member the data's `type` names."""
     while typing.get_origin(annotation) is typing.Annotated:

@@ -35,8 +35,17 @@ def run(args: argparse.Namespace) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(item.content)
     if args.json:
-        print_json([{"path": r.artifact.path, "role": r.artifact.role, "host": r.host,
-                     **({} if args.out else {"content": r.content})} for r in rendered])
+        print_json(
+            [
+                {
+                    "path": r.artifact.path,
+                    "role": r.artifact.role,
+                    "host": r.host,
+                    **({} if args.out else {"content": r.content}),
+                }
+                for r in rendered
+            ]
+        )
     elif args.out:
         for item in rendered:
             print(args.out / item.artifact.path)

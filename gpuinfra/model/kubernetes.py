@@ -112,8 +112,10 @@ class Kubernetes(Model):
     def _tenant_namespaces(self) -> Kubernetes:
         for name, tenant in self.tenants.items():
             if tenant.namespace is None and not re.match(DNS_LABEL_PATTERN, name):
-                raise ValueError(f"tenant {name!r} is not a valid Kubernetes namespace name (letters, digits and "
-                                 "'-' only): set its `namespace`")
+                raise ValueError(
+                    f"tenant {name!r} is not a valid Kubernetes namespace name (letters, digits and "
+                    "'-' only): set its `namespace`"
+                )
         seen: dict[str, str] = {}
         for name, tenant in self.tenants.items():
             namespace = tenant.namespace or name
