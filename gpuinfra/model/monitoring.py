@@ -7,29 +7,41 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field
 
 from .base import Duration, Model, Name, Percent
+from .driver import DistributionSource, LocalSource, MirrorSource, NvidiaRepoSource
 
 Component = Literal["dcgm_exporter", "node_exporter", "prometheus", "alertmanager", "grafana"]
-COMPONENTS: tuple[str, ...] = get_args(Component)
+COMPONENTS: tuple[Component, ...] = get_args(Component)
 
 
 class Alerts(Model):
     gpu_temp_c: Annotated[int, Field(ge=40, le=110)] = 85
+    """GPU temperature (°C) above which `GpuTemperatureHigh` fires (critical); throttling starts near 83 °C."""
     gpu_temp_for: Duration = "2m"
+    """How long the temperature must stay above `gpu_temp_c` before the alert fires."""
     fb_used_pct: Percent = 90
+    """Framebuffer memory used, in percent of used + free, above which `GpuMemoryHigh` fires (warning)."""
+    fb_used_for: Duration = "5m"
+    """How long memory use must stay above `fb_used_pct` before the alert fires."""
     idle_util_pct: Percent = 10
+    """GPU utilisation below which an allocated GPU counts as idle (`GpuIdleWhileAllocated`, info)."""
     idle_for: Duration = "30m"
+    """How long an allocated GPU must stay idle before the alert fires."""
     node_down_for: Duration = "2m"
+    """How long a node exporter, GPU exporter or Slurm node may be unreachable or down before its alert fires."""
 
 
 class WebhookReceiver(Model):
     type: Literal["webhook"]
     url: Annotated[str, Field(pattern=r"^https?://")]
+    """Endpoint Alertmanager POSTs its JSON payload to."""
 
 
 class EmailReceiver(Model):
     type: Literal["email"]
     to: str
+    """Recipient address(es), comma-separated."""
     sender: str
+    """From: address."""
     smarthost: str
     """host:port of the SMTP relay."""
 
@@ -37,6 +49,7 @@ class EmailReceiver(Model):
 class SlackReceiver(Model):
     type: Literal["slack"]
     channel: str
+    """Channel to post to, e.g. `#gpu-alerts`."""
     api_url_file: str
     """File on the monitoring host holding the webhook URL (a secret, so never inline)."""
 
@@ -46,30 +59,60 @@ Receiver = Annotated[WebhookReceiver | EmailReceiver | SlackReceiver, Field(disc
 
 class Routes(Model):
     critical: list[Name] = []
+    """Receivers of critical alerts (GPU overheating, XID, ECC, GPU or node missing)."""
     warning: list[Name] = []
+    """Receivers of warnings (memory nearly full, Slurm node drained)."""
     info: list[Name] = []
+    """Receivers of informational alerts (GPUs allocated but idle)."""
 
 
 class Tls(Model):
     cert_file: str
+    """Server certificate on every monitored host (same path on each); exporters and servers serve HTTPS with it."""
     key_file: str
+    """Private key of `cert_file`, readable by the exporters' and servers' users."""
+    ca_file: str | None = None
+    """CA bundle on the monitoring hosts that Prometheus and Grafana verify the certificates with; omitted means
+    the system's trust store."""
+
+
+PackageSource = Annotated[
+    DistributionSource | NvidiaRepoSource | MirrorSource | LocalSource, Field(discriminator="type")
+]
 
 
 class DcgmExporter(Model):
     source: Literal["container", "package"] = "container"
+    """`container`: NVIDIA's image run by the node's container runtime; `package`: the exporter's package."""
     image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
     """Image for the container source; point it at a local registry for air-gapped sites."""
+    runtime: Literal["docker", "podman"] = "docker"
+    """Container runtime that runs the image (container source)."""
+    package_source: PackageSource = NvidiaRepoSource(type="nvidia")
+    """Where the package comes from (package source): NVIDIA's CUDA repository, a mirror, or local files."""
+    job_mapping_dir: str = "/var/lib/dcgm-exporter/job-mapping"
+    """On Slurm clusters: folder of GPU-to-job files the prolog writes and the exporter reads (`hpc_job` label)."""
 
 
 class Monitoring(Model):
     components: list[Component] = list(COMPONENTS)
+    """Parts to deploy; servers (prometheus, alertmanager, grafana) go on hosts with the monitoring role."""
     retention: Duration = "15d"
+    """How long Prometheus keeps samples."""
+    scrape_interval: Duration = "30s"
+    """How often Prometheus scrapes every exporter and evaluates the alert rules."""
     listen: Literal["cluster", "any"] = "cluster"
     """`cluster`: listen on each host's cluster address only; `any`: 0.0.0.0."""
     alerts: Alerts = Alerts()
+    """Alert thresholds."""
     receivers: dict[Name, Receiver] = {}
+    """Where Alertmanager sends alerts, by name."""
     routes: Routes = Routes()
+    """Receivers per severity."""
     tls: Tls | None = None
+    """Serve every exporter, Prometheus, Alertmanager and Grafana over HTTPS with these files."""
     basic_auth: bool = False
-    """Protect Prometheus and Alertmanager with a generated basic-auth password."""
+    """Protect every exporter, Prometheus and Alertmanager with a generated basic-auth password (Grafana has its
+    own login, with a generated admin password)."""
     dcgm_exporter: DcgmExporter = DcgmExporter()
+    """How the GPU metrics exporter runs on the GPU nodes."""
