@@ -1,0 +1,265 @@
+"""The GPU catalog: the datacenter parts gpuinfra knows, their PCI IDs, driver needs and MIG profile tables.
+
+The catalog is data. Every model is one row of `_MODELS` below and every MIG profile table is derived from one of
+two slice geometries NVIDIA's MIG user guide describes, so that the start slots and maximum counts cannot drift
+between models that share a geometry:
+
+- "7x8": 7 compute slices over 8 memory slices (A100, H100, H200, H20, GH200, B200, GB200);
+- "4x4": 4 compute slices over 4 memory slices (A30).
+
+Sources: NVIDIA's MIG user guide (profile tables, placements), NVIDIA's mig-parted default configuration (profile
+names per PCI device ID), the PCI ID repository (device IDs) and the data center driver release notes (first
+driver branch per part). Where a fact could not be confirmed the profile or model is left out, and a comment says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from types import MappingProxyType
+from typing import Literal
+
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+
+NVIDIA_VENDOR = "10DE"
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile as NVIDIA names it, e.g. "3g.40gb" or "1g.10gb+me"."""
+
+    name: str
+    compute_slices: int
+    memory_slices: int
+    """The instance's size in memory slices: how many slots it occupies from its start slot."""
+    memory_gb: int
+    max_count: int
+    """How many instances of this profile one GPU holds at most."""
+    start_slots: tuple[int, ...]
+    """The memory slots an instance may start at (`nvidia-smi mig -lgipp` placements)."""
+    media_extensions: bool = False
+    """`+me` / `+me.all`: the instance takes the GPU's media engines, so at most one such instance per GPU."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    architecture: Architecture
+    memory_gb: int
+    pci_ids: tuple[str, ...]
+    """PCI device IDs, "0x" and four upper-case hex digits (vendor 10DE implied), e.g. "0x2330"."""
+    min_driver_branch: int
+    supports_open_modules: bool
+    requires_open_modules: bool
+    slurm_type: str
+    """The Slurm GRES type of a whole GPU of this model (`Name=gpu Type=...`)."""
+    mig_profiles: MappingProxyType[str, MigProfile] = field(default_factory=lambda: MappingProxyType({}))
+    mig_compute_slices: int = 0
+    mig_memory_slices: int = 0
+    mig_exclusive_sizes: frozenset[frozenset[int]] = frozenset()
+    """Pairs of compute sizes (e.g. {4, 3}) that never share a GPU although their slots would allow it."""
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    @property
+    def parted_ids(self) -> tuple[str, ...]:
+        """The PCI IDs as mig-parted's `device-filter` writes them: device then vendor, "0x233010DE"."""
+        return tuple(f"0x{pci[2:]}{NVIDIA_VENDOR}" for pci in self.pci_ids)
+
+
+# --- MIG geometries ---------------------------------------------------------------------------------------------
+# shape -> (compute slices, memory slices, start slots). The maximum count of a shape is the number of its start
+# slots: no two of its own placements overlap. Shapes:
+#   1g    one compute slice with one memory slice (1g.10gb on an 80 GB part)
+#   1g2   one compute slice with two memory slices (1g.20gb on an 80 GB part, the "double memory" 1g)
+#   2g, 3g, 4g, 7g as named; a 3g takes four memory slices and a 7g all eight.
+_Shape = tuple[int, int, tuple[int, ...]]
+# fmt: off
+_GEOMETRIES: dict[str, tuple[int, int, dict[str, _Shape]]] = {
+    "7x8": (7, 8, {
+        "1g": (1, 1, (0, 1, 2, 3, 4, 5, 6)),
+        "1g2": (1, 2, (0, 2, 4, 6)),
+        "2g": (2, 2, (0, 2, 4)),
+        "3g": (3, 4, (0, 4)),
+        "4g": (4, 4, (0,)),
+        "7g": (7, 8, (0,)),
+    }),
+    "4x4": (4, 4, {
+        "1g": (1, 1, (0, 1, 2, 3)),
+        "2g": (2, 2, (0, 2)),
+        "4g": (4, 4, (0,)),
+    }),
+}
+# fmt: on
+# NVIDIA's supported-combination tables for the 7x8 parts never pair a 4g with a 3g instance, and the driver refuses
+# the pair ("Insufficient Resources", NVIDIA/mig-parted#29), although 4g at slot 0 and 3g at slot 4 do not overlap.
+_EXCLUSIVE: dict[str, frozenset[frozenset[int]]] = {"7x8": frozenset({frozenset({4, 3})}), "4x4": frozenset()}
+
+_GB = re.compile(r"\.(\d+)gb")
+
+
+def _mig_table(geometry: str, shapes: dict[str, str], media: dict[str, str]) -> MappingProxyType[str, MigProfile]:
+    """Build a profile table: `shapes` maps each shape to the model's profile name, `media` maps a media-extension
+    profile name (e.g. "1g.10gb+me") to the shape it has."""
+    table = _GEOMETRIES[geometry][2]
+    out: dict[str, MigProfile] = {}
+    for shape, name in shapes.items():
+        compute, memory, starts = table[shape]
+        out[name] = MigProfile(name, compute, memory, _memory_gb(name), len(starts), starts)
+    for name, shape in media.items():
+        compute, memory, starts = table[shape]
+        out[name] = MigProfile(name, compute, memory, _memory_gb(name), 1, starts, media_extensions=True)
+    return MappingProxyType(dict(sorted(out.items(), key=lambda item: _order(item[1]))))
+
+
+def _memory_gb(profile: str) -> int:
+    match = _GB.search(profile)
+    assert match, profile
+    return int(match.group(1))
+
+
+def _order(profile: MigProfile) -> tuple[int, int, bool, str]:
+    return (profile.compute_slices, profile.memory_slices, profile.media_extensions, profile.name)
+
+
+@dataclass(frozen=True)
+class _Mig:
+    """A part's MIG columns: its geometry, its profile name per shape, and its media-extension profiles."""
+
+    geometry: str
+    shapes: dict[str, str]
+    media: dict[str, str]
+
+
+def _seven(one: str, one_double: str, two: str, three: str, four: str, seven: str, media: tuple[str, ...]) -> _Mig:
+    """A 7x8 part's profile names per shape; `media` are the `+me` variants of its 1g profile."""
+    shapes = {"1g": one, "1g2": one_double, "2g": two, "3g": three, "4g": four, "7g": seven}
+    return _Mig("7x8", shapes, dict.fromkeys(media, "1g"))
+
+
+# Profile names per part: the MIG user guide's "Supported MIG Profiles" tables and mig-parted's default config.
+_A100_40GB = _seven("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", media=("1g.5gb+me",))
+_A100_80GB = _seven("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", media=("1g.10gb+me",))
+_H100_94GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", media=("1g.12gb+me",))
+_HOPPER_96GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", media=("1g.12gb+me",))
+_H200_141GB = _seven("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", media=("1g.18gb+me",))
+_GH200_144GB = _seven("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb", media=("1g.18gb+me",))
+_B200 = _seven("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", media=("1g.23gb+me",))
+_A30 = _Mig("4x4", {"1g": "1g.6gb", "2g": "2g.12gb", "4g": "4g.24gb"}, {"1g.6gb+me": "1g", "2g.12gb+me": "2g"})
+
+# name, architecture, memory GB, PCI device IDs, first driver branch, Slurm type, MIG profiles (None: no MIG).
+# Open kernel modules: supported from Turing on, required on Blackwell (derived from the architecture below).
+_Row = tuple[str, Architecture, int, tuple[str, ...], int, str, _Mig | None]
+_MODELS: tuple[_Row, ...] = (
+    ("V100-SXM2-16GB", "volta", 16, ("0x1DB1", "0x1DF5"), 384, "v100", None),
+    ("V100-SXM2-32GB", "volta", 32, ("0x1DB5",), 384, "v100", None),
+    ("V100-PCIE-16GB", "volta", 16, ("0x1DB4",), 384, "v100", None),
+    ("V100-PCIE-32GB", "volta", 32, ("0x1DB6",), 384, "v100", None),
+    ("V100S-PCIE-32GB", "volta", 32, ("0x1DF6",), 418, "v100s", None),
+    ("T4", "turing", 16, ("0x1EB8",), 410, "t4", None),
+    ("A10", "ampere", 24, ("0x2236",), 460, "a10", None),
+    ("A30", "ampere", 24, ("0x20B7",), 460, "a30", _A30),
+    ("A40", "ampere", 48, ("0x2235",), 460, "a40", None),
+    ("A100-SXM4-40GB", "ampere", 40, ("0x20B0",), 450, "a100", _A100_40GB),
+    ("A100-PCIE-40GB", "ampere", 40, ("0x20B1", "0x20F1"), 450, "a100", _A100_40GB),
+    ("A100-SXM4-80GB", "ampere", 80, ("0x20B2",), 450, "a100", _A100_80GB),
+    ("A100-PCIE-80GB", "ampere", 80, ("0x20B5",), 460, "a100", _A100_80GB),
+    ("A800-SXM4-80GB", "ampere", 80, ("0x20F3",), 470, "a800", _A100_80GB),
+    ("A800-PCIE-80GB", "ampere", 80, ("0x20F5",), 470, "a800", _A100_80GB),
+    ("A800-PCIE-40GB", "ampere", 40, ("0x20F6",), 470, "a800", _A100_40GB),
+    ("L4", "ada", 24, ("0x27B8",), 525, "l4", None),
+    ("L40", "ada", 48, ("0x26B5",), 525, "l40", None),
+    ("L40S", "ada", 48, ("0x26B9",), 535, "l40s", None),
+    ("H100-SXM5-80GB", "hopper", 80, ("0x2330",), 525, "h100", _A100_80GB),
+    ("H100-PCIE-80GB", "hopper", 80, ("0x2331",), 525, "h100", _A100_80GB),
+    ("H800-SXM5-80GB", "hopper", 80, ("0x2324",), 525, "h800", _A100_80GB),
+    ("H800-PCIE-80GB", "hopper", 80, ("0x2322",), 525, "h800", _A100_80GB),
+    ("H100-NVL", "hopper", 94, ("0x2321",), 535, "h100", _H100_94GB),
+    ("H20", "hopper", 96, ("0x2329",), 535, "h20", _HOPPER_96GB),
+    ("GH200-96GB", "hopper", 96, ("0x2342",), 535, "gh200", _HOPPER_96GB),
+    ("GH200-144GB", "hopper", 144, ("0x2348",), 550, "gh200", _GH200_144GB),
+    ("H200-SXM5-141GB", "hopper", 141, ("0x2335",), 550, "h200", _H200_141GB),
+    ("H200-NVL", "hopper", 141, ("0x233B",), 550, "h200", _H200_141GB),
+    ("B200", "blackwell", 180, ("0x2901",), 570, "b200", _B200),
+    # GB200: left out until its MIG table is confirmed (boards report different profile sets, mig-parted#227).
+)
+
+_NO_OPEN: frozenset[Architecture] = frozenset({"volta"})
+_OPEN_ONLY: frozenset[Architecture] = frozenset({"blackwell"})
+
+
+def _spec(row: _Row) -> GpuSpec:
+    name, arch, memory, pci_ids, branch, slurm_type, mig = row
+    profiles: MappingProxyType[str, MigProfile] = MappingProxyType({})
+    compute = memory_slices = 0
+    exclusive: frozenset[frozenset[int]] = frozenset()
+    if mig is not None:
+        profiles = _mig_table(mig.geometry, mig.shapes, mig.media)
+        compute, memory_slices, _ = _GEOMETRIES[mig.geometry]
+        exclusive = _EXCLUSIVE[mig.geometry]
+    return GpuSpec(
+        name=name,
+        architecture=arch,
+        memory_gb=memory,
+        pci_ids=pci_ids,
+        min_driver_branch=branch,
+        supports_open_modules=arch not in _NO_OPEN,
+        requires_open_modules=arch in _OPEN_ONLY,
+        slurm_type=slurm_type,
+        mig_profiles=profiles,
+        mig_compute_slices=compute,
+        mig_memory_slices=memory_slices,
+        mig_exclusive_sizes=exclusive,
+    )
+
+
+@cache
+def _catalog() -> dict[str, GpuSpec]:
+    return {row[0]: _spec(row) for row in _MODELS}
+
+
+@cache
+def _by_folded_name() -> dict[str, GpuSpec]:
+    return {name.casefold(): spec for name, spec in _catalog().items()}
+
+
+@cache
+def _by_pci() -> dict[str, GpuSpec]:
+    return {pci: spec for spec in _catalog().values() for pci in spec.pci_ids}
+
+
+def names() -> list[str]:
+    """Every catalogued model name, in catalog order (oldest architecture first)."""
+    return list(_catalog())
+
+
+def specs() -> list[GpuSpec]:
+    return list(_catalog().values())
+
+
+def lookup(name: str) -> GpuSpec | None:
+    """The model of that exact name, or else of that name in any letter case."""
+    return _catalog().get(name) or _by_folded_name().get(name.casefold())
+
+
+_PCI = re.compile(r"^(?:0x)?([0-9a-fA-F]{4})([0-9a-fA-F]{4})?$")
+
+
+def normalise_pci_id(pci_id: str) -> str | None:
+    """ "0x233010DE" (mig-parted), "0x2330" or "2330" -> "0x2330"; None if it is not an NVIDIA device ID."""
+    match = _PCI.match(pci_id.strip())
+    if match is None:
+        return None
+    device, vendor = match.groups()
+    if vendor is not None and vendor.upper() != NVIDIA_VENDOR:
+        return None
+    return f"0x{device.upper()}"
+
+
+def by_pci_id(pci_id: str) -> GpuSpec | None:
+    """The model with that PCI device ID, given as mig-parted writes it ("0x233010DE") or alone ("0x2330")."""
+    device = normalise_pci_id(pci_id)
+    return _by_pci().get(device) if device else None
