@@ -1,0 +1,121 @@
+"""`gpuinfra sandbox up|down|status|image [FILE]`: the local sandbox cluster of systemd containers.
+
+Exit codes: 0 done (or nothing to do); 1 podman, SSH or the image build failed; 3 nothing was done because the
+cluster file cannot describe a sandbox or a program is missing (the message names the Debian packages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from .. import sandbox
+from ..errors import GpuinfraError, InvalidInput
+from . import exitcodes
+from .common import DEFAULT_CLUSTER, add_json, print_diagnostics, print_json
+
+IMAGE_ENV = "GPUINFRA_NODE_IMAGE"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("sandbox", help="the local sandbox cluster: systemd containers reached over SSH")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    helps = {
+        "up": "create (or complete) the network and one container per host; idempotent",
+        "down": "remove the containers, the network and the generated keys",
+        "status": "list the hosts and their containers' state",
+    }
+    default_image = os.environ.get(IMAGE_ENV) or sandbox.DEFAULT_IMAGE
+    for action, text in helps.items():
+        sub = actions.add_parser(action, help=text, description=text)
+        sub.add_argument(
+            "file",
+            nargs="?",
+            default=DEFAULT_CLUSTER,
+            metavar="FILE",
+            help=f"cluster file (default: {DEFAULT_CLUSTER})",
+        )
+        if action != "down":
+            sub.add_argument(
+                "--image",
+                default=default_image,
+                help=f"image of every host (default: ${IMAGE_ENV} or {sandbox.DEFAULT_IMAGE}); "
+                "the default one is built when missing",
+            )
+        add_json(sub)
+        sub.set_defaults(func=run)
+    image = actions.add_parser(
+        "image", help="build the Debian 12 systemd base image with debootstrap unless podman has it"
+    )
+    image.add_argument("--image", default=sandbox.DEFAULT_IMAGE, help=f"image name (default: {sandbox.DEFAULT_IMAGE})")
+    add_json(image)
+    image.set_defaults(func=run_image)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "up":
+            result = sandbox.up(args.file, args.image)
+        elif args.action == "down":
+            result = sandbox.down(args.file)
+        else:
+            result = sandbox.status(args.file, args.image)
+    except InvalidInput as exc:
+        return _failed(args, exitcodes.INVALID_INPUT, str(exc), exc)
+    except (sandbox.MissingTools, sandbox.SandboxConfigError) as exc:
+        return _failed(args, exitcodes.INVALID_INPUT, str(exc))
+    except GpuinfraError as exc:
+        return _failed(args, exitcodes.FAILED, str(exc))
+    if args.json:
+        print_json({"status": "ok", "exit_code": exitcodes.OK, **result.as_dict()})
+        return exitcodes.OK
+    for change in result.changes:
+        print(f"  {change}")
+    _print_hosts(result)
+    if args.action == "up":
+        verdict = "ready" if result.changed else "already up, nothing changed"
+        print(f"sandbox {result.cluster}: {verdict}; next: gpuinfra apply {args.file}")
+    elif args.action == "down":
+        print(f"sandbox {result.cluster}: " + ("removed" if result.changed else "nothing to remove"))
+    return exitcodes.OK
+
+
+def run_image(args: argparse.Namespace) -> int:
+    try:
+        built = sandbox.ensure_image(args.image)
+    except sandbox.MissingTools as exc:
+        return _failed(args, exitcodes.INVALID_INPUT, str(exc))
+    except GpuinfraError as exc:
+        return _failed(args, exitcodes.FAILED, str(exc))
+    if args.json:
+        print_json({"status": "ok", "exit_code": exitcodes.OK, **built.as_dict()})
+    elif built.built:
+        print(f"built {built.name} in {built.seconds:.0f} s")
+    else:
+        print(f"{built.name} is present; reusing it")
+    return exitcodes.OK
+
+
+def _print_hosts(result: sandbox.SandboxResult) -> None:
+    network = f"{result.network} ({result.subnet})" + ("" if result.network_present else ", absent")
+    print(f"network {network}")
+    for host in result.hosts:
+        gpus = f"{host.gpus} fake GPUs" if host.gpus else "no GPUs"
+        print(f"  {host.host:<12} {host.address:<15} {host.state:<8} {gpus:<12} {host.container}")
+
+
+def _failed(args: argparse.Namespace, code: int, message: str, invalid: InvalidInput | None = None) -> int:
+    if args.json:
+        doc: dict[str, Any] = {"status": "invalid" if code == exitcodes.INVALID_INPUT else "failed", "exit_code": code}
+        if invalid is not None:
+            doc["diagnostics"] = [d.as_dict() for d in invalid.diagnostics]
+        else:
+            doc["errors"] = [message]
+        print_json(doc)
+    elif invalid is not None:
+        print_diagnostics(invalid.diagnostics)
+    else:
+        print(f"gpuinfra sandbox {args.action}: {message}", file=sys.stderr)
+    return code

@@ -1,0 +1,35 @@
+"""The sandbox: a cluster of systemd containers on this machine, reached over real SSH like a real fleet.
+
+- `spec`: what the cluster file asks for (network, containers, fake GPUs), decided without running anything;
+- `image`: the Debian 12 systemd base image, built with debootstrap when missing;
+- `lifecycle`: `up`, `down` and `status`;
+- `access`: the key pair, per-container host keys and the known_hosts file the runs use;
+- `tools`: the programs needed and the Debian packages that provide them.
+"""
+
+from .access import SshError
+from .image import DEFAULT_IMAGE, ImageBuildError, ImageResult, ensure_image
+from .lifecycle import HostState, SandboxError, SandboxResult, down, ssh, status, up
+from .podman import PodmanError
+from .spec import SandboxConfigError, SandboxSpec, sandbox_spec
+from .tools import MissingTools
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "HostState",
+    "ImageBuildError",
+    "ImageResult",
+    "MissingTools",
+    "PodmanError",
+    "SandboxConfigError",
+    "SandboxError",
+    "SandboxResult",
+    "SandboxSpec",
+    "SshError",
+    "down",
+    "ensure_image",
+    "sandbox_spec",
+    "ssh",
+    "status",
+    "up",
+]

@@ -1,0 +1,253 @@
+"""`up`, `down` and `status` of a sandbox: the podman network and containers a cluster file describes.
+
+`up` is idempotent: what exists and matches is left alone, and the result says what changed. `down` removes what
+carries the sandbox's label and the files `up` wrote, and nothing else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import GpuinfraError
+from ..load import load_cluster
+from . import access, tools
+from .image import DEFAULT_IMAGE, ensure_image
+from .podman import (
+    PodmanError,
+    containers_labelled,
+    exec_in,
+    image_exists,
+    inspect_container,
+    inspect_network,
+    networks_labelled,
+    podman,
+)
+from .spec import (
+    LABEL,
+    SPEC_LABEL,
+    ContainerSpec,
+    SandboxSpec,
+    network_create_args,
+    run_args,
+    sandbox_spec,
+    spec_digest,
+)
+
+
+class SandboxError(GpuinfraError):
+    """Something on this machine is in the sandbox's way (a foreign container or network, a stale container)."""
+
+
+@dataclass(frozen=True)
+class HostState:
+    host: str
+    container: str
+    address: str
+    gpus: int
+    state: str
+    """podman's container state (`running`, `exited`, ...) or `absent`."""
+    image: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SandboxResult:
+    cluster: str
+    file: str
+    network: str
+    subnet: str
+    state_dir: str
+    hosts: list[HostState]
+    network_present: bool = True
+    changes: list[str] = field(default_factory=list)
+    """What this call did, one line each; empty when everything was already in place."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "file": self.file,
+            "network": {"name": self.network, "subnet": self.subnet, "present": self.network_present},
+            "state_dir": self.state_dir,
+            "changed": self.changed,
+            "changes": self.changes,
+            "hosts": [h.as_dict() for h in self.hosts],
+        }
+
+
+def load_spec(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxSpec:
+    return sandbox_spec(load_cluster(path), image)
+
+
+def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
+    """Make the sandbox of a cluster file exist and accept SSH; returns what changed."""
+    tools.require(tools.LIFECYCLE_TOOLS)
+    spec = load_spec(path, image)
+    changes: list[str] = []
+    if image == DEFAULT_IMAGE:
+        if ensure_image(image).built:
+            changes.append(f"built image {image}")
+    elif not image_exists(image):
+        raise SandboxError(f"image {image} does not exist; build it first, or leave out --image to use {DEFAULT_IMAGE}")
+    access.ensure_state_dir(spec.state_dir)
+    if access.ensure_keypair(spec.ssh_key):
+        changes.append(f"generated key pair {spec.ssh_key}")
+    if _ensure_network(spec):
+        changes.append(f"created network {spec.network} ({spec.subnet})")
+    created = [c for c in spec.containers if _ensure_container(spec, c, changes)]
+    pubkey = access.public_key(spec.ssh_key)
+    entries: dict[str, tuple[str, str]] = {}
+    for container in spec.containers:
+        if container in created:
+            _wait_for_systemd(container.name)
+        if access.own_host_keys(container.name):
+            changes.append(f"{container.host}: generated its own SSH host keys")
+        if access.authorize(container.name, pubkey):
+            changes.append(f"{container.host}: authorized the sandbox key for root")
+        entries[container.host] = (container.address, access.host_key(container.name))
+    if access.write_if_changed(spec.known_hosts, access.known_hosts_text(entries)):
+        changes.append(f"recorded host keys in {spec.known_hosts}")
+    for container in spec.containers:
+        access.wait_for_ssh(container.host, spec.ssh_key, spec.known_hosts, container.address)
+    return _result(spec, path, changes)
+
+
+def status(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
+    tools.require(("podman",))
+    spec = load_spec(path, image)
+    return _result(spec, path, [])
+
+
+def down(path: str | Path) -> SandboxResult:
+    """Remove the sandbox's containers, its network and the files `up` wrote."""
+    tools.require(("podman",))
+    spec = load_spec(path)
+    changes: list[str] = []
+    names = containers_labelled(LABEL, spec.cluster)
+    if names:
+        podman("rm", "--force", "--time", "0", *names)
+        changes += [f"removed container {name}" for name in names]
+    for network in networks_labelled(LABEL, spec.cluster):
+        podman("network", "rm", network)
+        changes.append(f"removed network {network}")
+    for made in (spec.ssh_key, spec.ssh_key.with_name(spec.ssh_key.name + ".pub"), spec.known_hosts):
+        if made.is_file():
+            made.unlink()
+            changes.append(f"removed {made}")
+    if spec.state_dir.is_dir() and not any(spec.state_dir.iterdir()):
+        spec.state_dir.rmdir()
+        changes.append(f"removed {spec.state_dir}")
+    return _result(spec, path, changes)
+
+
+def _ensure_network(spec: SandboxSpec) -> bool:
+    found = inspect_network(spec.network)
+    if found is None:
+        try:
+            podman(*network_create_args(spec))
+        except PodmanError as exc:
+            raise SandboxError(
+                f"cannot create network {spec.network} ({spec.subnet}): {exc}; if the subnet is "
+                "taken, move the hosts' addresses in the cluster file to a free /24"
+            ) from None
+        return True
+    if (found.get("labels") or {}).get(LABEL) != spec.cluster:
+        raise SandboxError(
+            f"a network named {spec.network} exists but was not made by this sandbox; remove or "
+            "rename it, or rename the cluster"
+        )
+    subnets = [s.get("subnet") for s in found.get("subnets") or []]
+    if spec.subnet not in subnets:
+        raise SandboxError(
+            f"network {spec.network} has subnet {', '.join(map(str, subnets))}, the cluster file "
+            f"says {spec.subnet}: run `gpuinfra sandbox down` first"
+        )
+    return False
+
+
+def _ensure_container(spec: SandboxSpec, container: ContainerSpec, changes: list[str]) -> bool:
+    """Create or start the host's container; True when it was created."""
+    found = inspect_container(container.name)
+    if found is None:
+        podman(*run_args(spec, container))
+        changes.append(
+            f"{container.host}: created container {container.name} ({container.address}, "
+            f"{container.gpus} fake GPUs, image {container.image})"
+        )
+        return True
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL) != spec.cluster:
+        raise SandboxError(
+            f"a container named {container.name} exists but was not made by this sandbox; remove or "
+            "rename it, or rename the cluster"
+        )
+    if labels.get(SPEC_LABEL) != spec_digest(spec, container):
+        raise SandboxError(
+            f"container {container.name} was made with other settings (image, address or GPUs); run "
+            "`gpuinfra sandbox down` first to recreate it"
+        )
+    if (found.get("State") or {}).get("Status") != "running":
+        podman("start", container.name)
+        _wait_for_systemd(container.name)
+        changes.append(f"{container.host}: started container {container.name}")
+    return False
+
+
+def _wait_for_systemd(container: str, timeout: float = 120) -> None:
+    """Wait until systemd in the container has finished booting (`running`, or `degraded` with a failed unit)."""
+    deadline = time.monotonic() + timeout
+    state = "unknown"
+    while time.monotonic() < deadline:
+        try:
+            state = exec_in(container, "systemctl is-system-running --wait || true", timeout=timeout).strip()
+        except PodmanError as exc:
+            state = str(exc)
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    raise SandboxError(f"systemd in {container} did not finish booting in {timeout:.0f} s (state: {state})")
+
+
+def _result(spec: SandboxSpec, path: str | Path, changes: list[str]) -> SandboxResult:
+    hosts = []
+    for container in spec.containers:
+        found = inspect_container(container.name)
+        hosts.append(
+            HostState(
+                host=container.host,
+                container=container.name,
+                address=container.address,
+                gpus=container.gpus,
+                state=((found.get("State") or {}).get("Status") or "unknown") if found else "absent",
+                image=(found.get("ImageName") or None) if found else None,
+            )
+        )
+    return SandboxResult(
+        cluster=spec.cluster,
+        file=str(path),
+        network=spec.network,
+        subnet=spec.subnet,
+        state_dir=str(spec.state_dir),
+        hosts=hosts,
+        network_present=inspect_network(spec.network) is not None,
+        changes=changes,
+    )
+
+
+def ssh(path: str | Path, host: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a command on a sandbox host over SSH, exactly as the runs connect (for tests and debugging)."""
+    spec = load_spec(path)
+    for container in spec.containers:
+        if container.host == host:
+            argv = [*access.ssh_command(spec.ssh_key, spec.known_hosts, container.address), "--", *command]
+            return subprocess.run(argv, capture_output=True, text=True, check=False)
+    raise SandboxError(f"no host {host!r} in {path}")

@@ -1,0 +1,171 @@
+"""What a sandbox is made of, decided from the cluster file alone: one podman network, one container per host.
+
+The cluster file is the single source of truth. Each host's `addresses` entry is the fixed address its container
+gets, so the committed file reaches the containers with no generated inventory; all addresses share one /24, which
+becomes the network's subnet. `connection.ssh_key` and `connection.known_hosts_file` name where `up` writes the
+generated key pair and the recorded host keys (the state folder, outside git).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GpuinfraError
+from ..load import LoadedCluster
+
+# Labels mark what the sandbox made, so `down` removes exactly that and `up` never adopts someone else's container.
+LABEL = "gpuinfra.sandbox"
+SPEC_LABEL = "gpuinfra.sandbox.spec"
+# What the systemd containers need on these machines: runc (crun refuses hybrid cgroups) and explicit ulimits
+# (setrlimit to the engine's defaults is refused). See DESIGN.md section 6.
+RUNTIME = "runc"
+ULIMITS = ("nofile=1024:1024", "nproc=4096:4096")
+# Fake GPUs are /dev/null mapped to the NVIDIA device names: enough for slurmd's gres.conf and for checks of
+# device files; no driver can talk to them (see Gpu.emulated).
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
+
+
+class SandboxConfigError(GpuinfraError):
+    """The cluster file is valid but cannot describe a sandbox (no addresses, a bastion, a non-root user...)."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    host: str
+    """Host name in the cluster file; also the container's hostname and its DNS name on the network."""
+    name: str
+    """Container name: `<cluster>-<host>`, so several sandboxes and scenarios can share a machine."""
+    address: str
+    gpus: int
+    image: str
+
+    @property
+    def devices(self) -> list[str]:
+        if not self.gpus:
+            return []
+        nodes = [f"/dev/nvidia{index}" for index in range(self.gpus)] + list(CONTROL_DEVICES)
+        return [f"/dev/null:{node}" for node in nodes]
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    cluster: str
+    network: str
+    subnet: str
+    gateway: str
+    containers: list[ContainerSpec]
+    ssh_key: Path
+    known_hosts: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.ssh_key.parent
+
+
+def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
+    """The sandbox a loaded cluster file describes; raises SandboxConfigError naming every problem at once."""
+    model = loaded.model
+    conn = model.connection
+    problems: list[str] = []
+    if conn.user != "root":
+        problems.append(f"connection.user is {conn.user!r}: the sandbox logs in as root")
+    if conn.port != 22:
+        problems.append(f"connection.port is {conn.port}: the sandbox's sshd listens on 22")
+    if conn.bastion is not None:
+        problems.append("connection.bastion is set: the sandbox's containers are reached directly")
+    if not conn.host_key_checking:
+        problems.append("connection.host_key_checking is false: the sandbox records its host keys, keep it on")
+    if not conn.ssh_key or not conn.known_hosts_file:
+        problems.append(
+            "set connection.ssh_key and connection.known_hosts_file: the sandbox writes its key pair and "
+            "host keys there (e.g. ../../.gpuinfra/sandbox/id_ed25519 and .../known_hosts)"
+        )
+    base = loaded.path.resolve().parent
+    ssh_key = _path(base, conn.ssh_key or "id_ed25519")
+    known_hosts = _path(base, conn.known_hosts_file or "known_hosts")
+    if conn.ssh_key and conn.known_hosts_file and ssh_key.parent != known_hosts.parent:
+        problems.append(
+            "connection.ssh_key and connection.known_hosts_file must be in the same folder (the sandbox's state folder)"
+        )
+
+    addresses: dict[str, ipaddress.IPv4Address] = {}
+    for host in loaded.resolved.hosts.values():
+        try:
+            addresses[host.name] = ipaddress.IPv4Address(host.address)
+        except ValueError:
+            problems.append(
+                f"host {host.name}: needs an IPv4 address under its group's `addresses` (got "
+                f"{host.address!r}); the sandbox gives each container that fixed address"
+            )
+    subnets = {ipaddress.IPv4Network(f"{address}/24", strict=False) for address in addresses.values()}
+    if len(subnets) > 1:
+        problems.append(
+            f"the hosts' addresses span {len(subnets)} /24 networks "
+            f"({', '.join(sorted(map(str, subnets)))}); put them all in one"
+        )
+    subnet = next(iter(subnets)) if subnets else ipaddress.IPv4Network("10.213.42.0/24")
+    gateway = subnet.network_address + 1
+    for name, address in addresses.items():
+        if address in (subnet.network_address, gateway, subnet.broadcast_address):
+            problems.append(f"host {name}: {address} is the network, gateway or broadcast address of {subnet}")
+    if problems:
+        raise SandboxConfigError(f"{loaded.path} cannot be a sandbox:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    containers = [
+        ContainerSpec(host=h.name, name=f"{model.name}-{h.name}", address=h.address, gpus=h.gpu_count, image=image)
+        for h in loaded.resolved.hosts.values()
+    ]
+    return SandboxSpec(
+        cluster=model.name,
+        network=f"gpuinfra-{model.name}",
+        subnet=str(subnet),
+        gateway=str(gateway),
+        containers=containers,
+        ssh_key=ssh_key,
+        known_hosts=known_hosts,
+    )
+
+
+def _path(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def network_create_args(spec: SandboxSpec) -> list[str]:
+    return [
+        "network", "create", "--subnet", spec.subnet, "--gateway", spec.gateway,
+        "--label", f"{LABEL}={spec.cluster}", spec.network,
+    ]  # fmt: skip
+
+
+def _settings_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
+    """The options that define a container; their digest tells `up` whether an existing one still matches."""
+    args = [
+        "--hostname", container.host,
+        "--network", spec.network, "--ip", container.address, "--network-alias", container.host,
+        "--runtime", RUNTIME, "--systemd", "always",
+    ]  # fmt: skip
+    for limit in ULIMITS:
+        args += ["--ulimit", limit]
+    for device in container.devices:
+        args += ["--device", device]
+    return args
+
+
+def spec_digest(spec: SandboxSpec, container: ContainerSpec) -> str:
+    text = "\0".join([*_settings_args(spec, container), container.image])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
+    """`podman run` arguments for one host: systemd as PID 1, fake GPUs, a fixed address, labels for `down`."""
+    return [
+        "run", "--detach", "--name", container.name,
+        *_settings_args(spec, container),
+        "--label", f"{LABEL}={spec.cluster}",
+        "--label", f"{SPEC_LABEL}={spec_digest(spec, container)}",
+        container.image, "/sbin/init",
+    ]  # fmt: skip
