@@ -5,11 +5,12 @@ two slice geometries NVIDIA's MIG user guide describes, so that the start slots 
 between models that share a geometry:
 
 - "7x8": 7 compute slices over 8 memory slices (A100, H100, H200, H20, GH200, B200, GB200);
-- "4x4": 4 compute slices over 4 memory slices (A30).
+- "4x4": 4 compute slices over 4 memory slices (A30, RTX PRO 6000 Blackwell Server Edition).
 
-Sources: NVIDIA's MIG user guide (profile tables, placements), NVIDIA's mig-parted default configuration (profile
-names per PCI device ID), the PCI ID repository (device IDs) and the data center driver release notes (first
-driver branch per part). Where a fact could not be confirmed the profile or model is left out, and a comment says so.
+Sources: NVIDIA's MIG user guide (profile tables, placements), NVIDIA's mig-parted default configuration and the
+`nvidia-smi mig -lgip` listings in its pull requests (profile names per PCI device ID), the PCI ID repository
+(device IDs), and NVIDIA's driver release notes (first driver branch per part). Where a fact could not be confirmed
+the profile or model is left out, and a comment says so.
 """
 
 from __future__ import annotations
@@ -101,18 +102,32 @@ _EXCLUSIVE: dict[str, frozenset[frozenset[int]]] = {"7x8": frozenset({frozenset(
 _GB = re.compile(r"\.(\d+)gb")
 
 
-def _mig_table(geometry: str, shapes: dict[str, str], media: dict[str, str]) -> MappingProxyType[str, MigProfile]:
-    """Build a profile table: `shapes` maps each shape to the model's profile name, `media` maps a media-extension
-    profile name (e.g. "1g.10gb+me") to the shape it has."""
-    table = _GEOMETRIES[geometry][2]
+@dataclass(frozen=True)
+class _Mig:
+    """A part's MIG columns: its geometry, its profile name per shape, and its variant profiles (name -> the shape
+    it has). A variant with `+me` or `+me.all` takes the media engines; `-me` (none) and `+gfx` (graphics) do not."""
+
+    geometry: str
+    shapes: dict[str, str]
+    variants: tuple[str, ...] = ()
+
+
+def _mig_table(mig: _Mig) -> MappingProxyType[str, MigProfile]:
+    table = _GEOMETRIES[mig.geometry][2]
     out: dict[str, MigProfile] = {}
-    for shape, name in shapes.items():
+    for shape, name in mig.shapes.items():
         compute, memory, starts = table[shape]
         out[name] = MigProfile(name, compute, memory, _memory_gb(name), len(starts), starts)
-    for name, shape in media.items():
-        compute, memory, starts = table[shape]
-        out[name] = MigProfile(name, compute, memory, _memory_gb(name), 1, starts, media_extensions=True)
+    base = {name: shape for shape, name in mig.shapes.items()}
+    for name in mig.variants:
+        compute, memory, starts = table[base[_VARIANT.sub("", name)]]
+        media = name.endswith(("+me", "+me.all"))
+        out[name] = MigProfile(name, compute, memory, _memory_gb(name), 1 if media else len(starts), starts, media)
     return MappingProxyType(dict(sorted(out.items(), key=lambda item: _order(item[1]))))
+
+
+_GB = re.compile(r"\.(\d+)gb")
+_VARIANT = re.compile(r"(\+me\.all|\+me|-me|\+gfx)$")
 
 
 def _memory_gb(profile: str) -> int:
@@ -121,36 +136,53 @@ def _memory_gb(profile: str) -> int:
     return int(match.group(1))
 
 
-def _order(profile: MigProfile) -> tuple[int, int, bool, str]:
-    return (profile.compute_slices, profile.memory_slices, profile.media_extensions, profile.name)
+def _order(profile: MigProfile) -> tuple[int, int, str]:
+    return (profile.compute_slices, profile.memory_slices, profile.name)
 
 
-@dataclass(frozen=True)
-class _Mig:
-    """A part's MIG columns: its geometry, its profile name per shape, and its media-extension profiles."""
-
-    geometry: str
-    shapes: dict[str, str]
-    media: dict[str, str]
-
-
-def _seven(one: str, one_double: str, two: str, three: str, four: str, seven: str, media: tuple[str, ...]) -> _Mig:
-    """A 7x8 part's profile names per shape; `media` are the `+me` variants of its 1g profile."""
-    shapes = {"1g": one, "1g2": one_double, "2g": two, "3g": three, "4g": four, "7g": seven}
-    return _Mig("7x8", shapes, dict.fromkeys(media, "1g"))
+def _seven(one: str, one_double: str, two: str, three: str, four: str, seven: str | None) -> _Mig:
+    """A 7x8 part's profile names per shape, plus the `+me` variant of its 1g profile (every 7x8 part has one)."""
+    shapes = {"1g": one, "1g2": one_double, "2g": two, "3g": three, "4g": four}
+    if seven is not None:
+        shapes["7g"] = seven
+    return _Mig("7x8", shapes, (f"{one}+me",))
 
 
-# Profile names per part: the MIG user guide's "Supported MIG Profiles" tables and mig-parted's default config.
-_A100_40GB = _seven("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", media=("1g.5gb+me",))
-_A100_80GB = _seven("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", media=("1g.10gb+me",))
-_H100_94GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", media=("1g.12gb+me",))
-_HOPPER_96GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", media=("1g.12gb+me",))
-_H200_141GB = _seven("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", media=("1g.18gb+me",))
-_GH200_144GB = _seven("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb", media=("1g.18gb+me",))
-_B200 = _seven("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", media=("1g.23gb+me",))
-_A30 = _Mig("4x4", {"1g": "1g.6gb", "2g": "2g.12gb", "4g": "4g.24gb"}, {"1g.6gb+me": "1g", "2g.12gb+me": "2g"})
+# Profile names per part: the MIG user guide's "Supported MIG Profiles" tables, `nvidia-smi mig -lgip` listings in
+# NVIDIA's mig-parted and gpu-operator pull requests, and mig-parted's default config.
+_A100_40GB = _seven("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
+_A100_80GB = _seven("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+_H100_94GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb")
+_HOPPER_96GB = _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb")
+_H200_141GB = _seven("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
+_GH200_144GB = _seven("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb")
+_B200 = _seven("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb")
+# GB200: the names production boards report (mig-parted#227/#228; pre-production boards said 1g.24gb and 3g.95gb).
+# Its whole-GPU profile is left out: listings disagree between 7g.186gb and 7g.189gb.
+_GB200 = _seven("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", None)
+_A30 = _Mig("4x4", {"1g": "1g.6gb", "2g": "2g.12gb", "4g": "4g.24gb"}, ("1g.6gb+me", "2g.12gb+me"))
+# RTX PRO 6000 Blackwell Server Edition: 4 slices of 24 GB, with graphics (+gfx), all-media (+me.all) and
+# no-media (-me) variants, as its `nvidia-smi mig -lgip` lists them.
+_RTX_PRO_6000 = _Mig(
+    "4x4",
+    {"1g": "1g.24gb", "2g": "2g.48gb", "4g": "4g.96gb"},
+    (
+        "1g.24gb+me",
+        "1g.24gb+me.all",
+        "1g.24gb-me",
+        "1g.24gb+gfx",
+        "2g.48gb+me.all",
+        "2g.48gb-me",
+        "2g.48gb+gfx",
+        "4g.96gb+gfx",
+    ),
+)
 
 # name, architecture, memory GB, PCI device IDs, first driver branch, Slurm type, MIG profiles (None: no MIG).
+# First driver branches: A100 R450, H100 R525, H200 R550 and B200 R570 as DESIGN.md section 7 gives them (H100 was
+# first listed in the short-lived R520 feature branch; R525 is its first production branch). The others are the
+# first production branch that lists the part, taken from release notes and not checked release by release; the
+# RTX PRO 6000 Server Edition's R575 is the least certain.
 # Open kernel modules: supported from Turing on, required on Blackwell (derived from the architecture below).
 _Row = tuple[str, Architecture, int, tuple[str, ...], int, str, _Mig | None]
 _MODELS: tuple[_Row, ...] = (
@@ -184,7 +216,8 @@ _MODELS: tuple[_Row, ...] = (
     ("H200-SXM5-141GB", "hopper", 141, ("0x2335",), 550, "h200", _H200_141GB),
     ("H200-NVL", "hopper", 141, ("0x233B",), 550, "h200", _H200_141GB),
     ("B200", "blackwell", 180, ("0x2901",), 570, "b200", _B200),
-    # GB200: left out until its MIG table is confirmed (boards report different profile sets, mig-parted#227).
+    ("GB200", "blackwell", 186, ("0x2941",), 570, "gb200", _GB200),
+    ("RTX-PRO-6000-Blackwell-Server", "blackwell", 96, ("0x2BB5",), 575, "rtx_pro_6000", _RTX_PRO_6000),
 )
 
 _NO_OPEN: frozenset[Architecture] = frozenset({"volta"})
@@ -197,7 +230,7 @@ def _spec(row: _Row) -> GpuSpec:
     compute = memory_slices = 0
     exclusive: frozenset[frozenset[int]] = frozenset()
     if mig is not None:
-        profiles = _mig_table(mig.geometry, mig.shapes, mig.media)
+        profiles = _mig_table(mig)
         compute, memory_slices, _ = _GEOMETRIES[mig.geometry]
         exclusive = _EXCLUSIVE[mig.geometry]
     return GpuSpec(
