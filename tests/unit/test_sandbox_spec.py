@@ -1,0 +1,198 @@
+"""The sandbox's pure parts: container specs from a cluster file, what makes a file unfit, missing-tool messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.cli import exitcodes, main
+from gpuinfra.load import load_cluster
+from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
+from gpuinfra.sandbox.access import known_hosts_text
+from gpuinfra.sandbox.image import INCLUDE, debootstrap_args
+from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest
+from gpuinfra.sandbox.tools import MissingTools, missing_message, missing_tools, require
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"
+
+SMALL = """\
+name: tiny
+connection:
+  ssh_key: state/id_ed25519
+  known_hosts_file: state/known_hosts
+node_groups:
+  head: {hosts: head1, addresses: {head1: 10.77.1.5}, roles: [slurm_controller, slurm_dbd, monitoring]}
+  gpu:
+    hosts: gpu[1-2]
+    addresses: {gpu1: 10.77.1.6, gpu2: 10.77.1.7}
+    roles: [slurm_compute]
+    gpu: {model: L4, count: 3, emulated: true}
+driver: {version: "535.261.03"}
+slurm:
+  partitions: {all: {node_groups: [gpu]}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yml"
+    path.write_text(text)
+    return path
+
+
+def test_one_container_per_host_with_fake_gpus_matching_the_group(tmp_path: Path) -> None:
+    spec = sandbox_spec(load_cluster(write(tmp_path, SMALL)), "localhost/img")
+    assert (spec.network, spec.subnet, spec.gateway) == ("gpuinfra-tiny", "10.77.1.0/24", "10.77.1.1")
+    assert [(c.host, c.name, c.address, c.gpus) for c in spec.containers] == [
+        ("head1", "tiny-head1", "10.77.1.5", 0),
+        ("gpu1", "tiny-gpu1", "10.77.1.6", 3),
+        ("gpu2", "tiny-gpu2", "10.77.1.7", 3),
+    ]
+    assert spec.containers[0].devices == []
+    assert spec.containers[1].devices == [
+        "/dev/null:/dev/nvidia0",
+        "/dev/null:/dev/nvidia1",
+        "/dev/null:/dev/nvidia2",
+        "/dev/null:/dev/nvidiactl",
+        "/dev/null:/dev/nvidia-uvm",
+    ]
+    # Relative key paths are taken from the cluster file's folder, like apply does.
+    assert spec.ssh_key == tmp_path / "state" / "id_ed25519"
+    assert spec.state_dir == tmp_path / "state"
+
+
+def test_podman_run_arguments(tmp_path: Path) -> None:
+    spec = sandbox_spec(load_cluster(write(tmp_path, SMALL)), "localhost/img")
+    gpu1 = spec.containers[1]
+    args = run_args(spec, gpu1)
+    assert args[:4] == ["run", "--detach", "--name", "tiny-gpu1"]
+    assert args[-2:] == ["localhost/img", "/sbin/init"]
+
+    def values(flag: str) -> list[str]:
+        return [args[i + 1] for i, arg in enumerate(args) if arg == flag]
+
+    assert values("--hostname") == ["gpu1"]
+    assert values("--network") == ["gpuinfra-tiny"]
+    assert values("--ip") == ["10.77.1.6"]
+    assert values("--network-alias") == ["gpu1"]
+    assert values("--runtime") == ["runc"]
+    assert values("--systemd") == ["always"]
+    assert values("--ulimit") == ["nofile=1024:1024", "nproc=4096:4096"]
+    assert values("--device") == gpu1.devices
+    assert values("--label") == ["gpuinfra.sandbox=tiny", f"gpuinfra.sandbox.spec={spec_digest(spec, gpu1)}"]
+    assert network_create_args(spec) == [
+        "network", "create", "--subnet", "10.77.1.0/24", "--gateway", "10.77.1.1",
+        "--label", "gpuinfra.sandbox=tiny", "gpuinfra-tiny",
+    ]  # fmt: skip
+
+
+def test_the_digest_changes_with_image_and_gpus(tmp_path: Path) -> None:
+    path = write(tmp_path, SMALL)
+    spec = sandbox_spec(load_cluster(path), "localhost/img")
+    other_image = sandbox_spec(load_cluster(path), "localhost/driver")
+    more_gpus = sandbox_spec(load_cluster(write(tmp_path, SMALL.replace("count: 3", "count: 4"))), "localhost/img")
+    digest = spec_digest(spec, spec.containers[1])
+    assert digest == spec_digest(spec, spec.containers[1])
+    assert digest != spec_digest(other_image, other_image.containers[1])
+    assert digest != spec_digest(more_gpus, more_gpus.containers[1])
+
+
+def test_the_committed_sandbox_is_a_controller_and_two_emulated_gpu_nodes() -> None:
+    loaded = load_cluster(SANDBOX)
+    assert loaded.warnings == []
+    spec = sandbox_spec(loaded, "localhost/gpuinfra-debian12")
+    assert [(c.host, c.gpus) for c in spec.containers] == [("ctl01", 0), ("gpu01", 2), ("gpu02", 2)]
+    roles = {h.name: set(h.roles) for h in loaded.resolved.hosts.values()}
+    assert roles["ctl01"] == {"slurm_controller", "slurm_dbd", "slurm_login", "monitoring"}
+    assert roles["gpu01"] == roles["gpu02"] == {"slurm_compute"}
+    assert all(h.gpu_emulated for h in loaded.resolved.gpu_hosts)
+    assert loaded.model.slurm is not None and len(loaded.model.slurm.partitions) >= 2
+    # The generated files live in the git-ignored state folder at the repository root.
+    assert spec.state_dir == ROOT / ".gpuinfra" / "sandbox"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("addresses: {head1: 10.77.1.5}", "addresses: {}"), "host head1: needs an IPv4 address"),
+        (("10.77.1.7", "10.77.2.7"), "span 2 /24 networks"),
+        (("10.77.1.5", "10.77.1.1"), "is the network, gateway or broadcast address"),
+        (("connection:\n", "connection:\n  user: admin\n"), "the sandbox logs in as root"),
+        (("connection:\n", "connection:\n  port: 2222\n"), "sshd listens on 22"),
+        (("connection:\n", "connection:\n  host_key_checking: false\n"), "keep it on"),
+        (("connection:\n", "connection:\n  bastion: {host: jump}\n"), "reached directly"),
+        (("  known_hosts_file: state/known_hosts\n", ""), "set connection.ssh_key and connection.known_hosts_file"),
+        (("state/known_hosts", "elsewhere/known_hosts"), "must be in the same folder"),
+    ],
+)
+def test_a_file_unfit_for_a_sandbox_says_why(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    loaded = load_cluster(write(tmp_path, SMALL.replace(*change)))
+    with pytest.raises(SandboxConfigError, match=expected):
+        sandbox_spec(loaded, "localhost/img")
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    text = SMALL.replace("connection:\n", "connection:\n  user: admin\n  port: 2222\n").replace("10.77.1.7", "gpu2")
+    with pytest.raises(SandboxConfigError) as caught:
+        sandbox_spec(load_cluster(write(tmp_path, text)), "localhost/img")
+    assert str(caught.value).count("\n  - ") == 3
+
+
+def test_missing_tools_name_their_debian_packages() -> None:
+    def which(tool: str) -> str | None:
+        return None if tool in ("runc", "ssh", "ssh-keygen") else f"/usr/bin/{tool}"
+
+    assert missing_tools(["podman", "runc", "ssh", "ssh-keygen"], which) == ["runc", "ssh", "ssh-keygen"]
+    with pytest.raises(MissingTools) as caught:
+        require(["podman", "runc", "ssh", "ssh-keygen"], which)
+    assert caught.value.packages == ["openssh-client", "runc"]
+    assert str(caught.value) == (
+        "the sandbox needs runc, ssh, ssh-keygen, which are not installed; "
+        "install them with: apt-get install openssh-client runc"
+    )
+    assert missing_message(["debootstrap"]) == (
+        "the sandbox needs debootstrap, which is not installed; install it with: apt-get install debootstrap"
+    )
+    require(["podman"], which)  # present: no error
+
+
+def test_missing_podman_is_a_message_and_exit_3_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no podman, runc or ssh
+    for action in ("up", "down", "status"):
+        assert main(["sandbox", action, str(SANDBOX)]) == exitcodes.INVALID_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith(f"gpuinfra sandbox {action}: the sandbox needs podman")
+        assert "apt-get install" in err and "Traceback" not in err
+    assert main(["sandbox", "image", "--json"]) == exitcodes.INVALID_INPUT
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status"], doc["exit_code"]) == ("invalid", exitcodes.INVALID_INPUT)
+    assert doc["errors"][0].endswith("install them with: apt-get install podman runc")
+
+
+def test_an_unfit_file_exits_3_with_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, SMALL.replace("10.77.1.7", "gpu2"))
+    assert main(["sandbox", "status", str(path), "--json"]) == exitcodes.INVALID_INPUT
+    out = capsys.readouterr().out
+    assert '"status": "invalid"' in out and "host gpu2: needs an IPv4 address" in out
+
+
+def test_an_invalid_file_prints_its_diagnostics(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, SMALL.replace("count: 3", "count: many"))
+    assert main(["sandbox", "up", str(path)]) == exitcodes.INVALID_INPUT
+    assert "node_groups[gpu].gpu.count" in capsys.readouterr().err
+
+
+def test_known_hosts_lines_name_address_and_host() -> None:
+    text = known_hosts_text({"gpu1": ("10.77.1.6", "ssh-ed25519 AAAAkey1"), "gpu2": ("10.77.1.7", "ssh-ed25519 K2")})
+    assert text == "10.77.1.6,gpu1 ssh-ed25519 AAAAkey1\n10.77.1.7,gpu2 ssh-ed25519 K2\n"
+
+
+def test_the_image_has_what_the_working_rules_list() -> None:
+    args = debootstrap_args(Path("/tmp/rootfs"))
+    assert args[:2] == ["debootstrap", "--variant=minbase"]
+    assert args[-3:] == ["bookworm", "/tmp/rootfs", "http://deb.debian.org/debian"]
+    assert set(INCLUDE) >= {"systemd", "systemd-sysv", "python3", "python3-apt", "openssh-server", "sudo", "kmod"}
