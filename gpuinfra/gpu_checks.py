@@ -72,7 +72,8 @@ def check(rc: ResolvedCluster, report: Report, base_dir: Path) -> None:
                 report.error((*aloc, "layout"), f"layout {assignment.layout!r} is not defined; {hint}")
                 continue
             for problem in mig.check_layout(spec, layout):
-                report.error((*aloc, "layout"), f"layout {assignment.layout!r} on {spec.name}: {problem}")
+                where = "" if spec.name in problem else f" on {spec.name}"  # most messages name the model already
+                report.error((*aloc, "layout"), f"layout {assignment.layout!r}{where}: {problem}")
         taken: dict[int, int] = {}
         for i, assignment in enumerate(group.mig):
             for index in expand_gpu_indices(assignment.gpus, group.gpu.count):
