@@ -79,13 +79,8 @@ def _layout_problems(spec: GpuSpec, layout: Mapping[str, int]) -> list[tuple[str
         return out
     media = [name for name in layout if spec.mig_profiles[name].media_extensions]
     if len(media) > 1:
-        return [
-            (
-                None,
-                f"{' and '.join(media)} both carry media extensions; a GPU has one set, so at most one "
-                "instance may have them",
-            )
-        ]
+        both = " and ".join(media)
+        return [(None, f"{both} both carry media extensions; {spec.name} has one set, so one instance at most")]
     if _search(spec, _key(layout)) is None:
         return [(None, _why_not(spec, layout))]
     return []
@@ -107,7 +102,7 @@ def _why_not(spec: GpuSpec, layout: Mapping[str, int]) -> str:
         takes = ", ".join(f"{name} takes {p.memory_slices}" for name, p in profiles.items())
         return (
             f"{head}: it needs {memory} memory slices and the GPU has {spec.mig_memory_slices} ({takes}), "
-            f"although its {compute} compute slices are within the {spec.mig_compute_slices} it has"
+            f"although its {compute} compute slices would fit"
         )
     by_size = {p.compute_slices: name for name, p in profiles.items()}
     for pair in spec.mig_exclusive_sizes:
@@ -254,6 +249,10 @@ def _entry(entry: object, loc: Path) -> list[Problem]:
         return out
     for pci_id in pci_ids:
         spec = catalog.by_pci_id(pci_id)
+        if not pci_id.upper().endswith(catalog.NVIDIA_VENDOR):
+            message = f"PCI ID {pci_id} names vendor {pci_id[-4:]}, not NVIDIA; its layout is not checked"
+            out.append(Problem((*loc, "device-filter"), message, "warning"))
+            continue
         if spec is None:
             out.append(
                 Problem(
