@@ -1,0 +1,188 @@
+"""Slurm and Munge: role variables from `slurm:` and the node groups in the cluster file.
+
+Roles: slurm_common (slurm.conf, gres.conf, cgroup.conf, the job-mapping prolog), slurm_accounting. The munge,
+slurm_dbd, slurm_controller, slurm_compute and slurm_login roles need nothing from the model.
+Node and partition lines are compressed to hostlists here (`gpu[01-16]`), so a 1,000-node cluster renders a
+slurm.conf of a few lines per node group, not one line per host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hostlist
+
+from ...model import Cluster, NodeGroup
+from ...model.slurm import Account, Qos, Slurm
+from ...resolve import ResolvedCluster, expand_hosts
+from ..artifacts import Artifact
+
+# slurmdbd.conf is left out on purpose: it holds the database password.
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("slurm/slurm.conf", "slurm_common", "slurm.conf.j2", "slurm_controller"),
+    Artifact("slurm/gres.conf", "slurm_common", "gres.conf.j2", "slurm_controller"),
+    Artifact("slurm/cgroup.conf", "slurm_common", "cgroup.conf.j2", "slurm_controller"),
+)
+
+COMPUTE_ROLE = "slurm_compute"
+# Where dcgm-exporter's --hpc-job-mapping-dir points by default; the prolog writes one file per GPU there.
+JOB_MAPPING_DIR = "/var/lib/dcgm-exporter/job-mapping"
+
+
+def gres_types(model: Cluster) -> dict[str, str]:
+    """GPU model -> Slurm GRES type: the family in lower case (`H100-SXM5-80GB` -> `h100`), or the whole model
+    name in lower case where two models of the cluster share a family, so that `--gres=gpu:TYPE:N` is exact."""
+    models = sorted({g.gpu.model for g in model.node_groups.values() if g.gpu})
+    family = {m: m.split("-")[0].lower() for m in models}
+    shared = {f for f in family.values() if list(family.values()).count(f) > 1}
+    return {m: (m.lower() if family[m] in shared else family[m]) for m in models}
+
+
+def _compute_groups(model: Cluster) -> dict[str, NodeGroup]:
+    return {name: g for name, g in model.node_groups.items() if COMPUTE_ROLE in g.roles}
+
+
+def _hostlist(names: list[str]) -> str:
+    return str(hostlist.collect_hostlist(names))
+
+
+def _node_line(group: NodeGroup, gres_type: str | None) -> dict[str, Any]:
+    node: dict[str, Any] = {"names": _hostlist(expand_hosts(group.hosts))}
+    for key, value in (
+        ("cpus", group.cpus),
+        ("sockets", group.sockets),
+        ("cores_per_socket", group.cores_per_socket),
+        ("threads_per_core", group.threads_per_core),
+        ("real_memory", group.memory_mb),
+    ):
+        if value is not None:
+            node[key] = value
+    node["gres"] = [f"gpu:{gres_type}:{group.gpu.count}"] if group.gpu and gres_type else []
+    return node
+
+
+def nodes(model: Cluster) -> list[dict[str, Any]]:
+    """One NodeName line per compute node group."""
+    types = gres_types(model)
+    return [_node_line(g, types[g.gpu.model] if g.gpu else None) for g in _compute_groups(model).values()]
+
+
+def gres(model: Cluster) -> list[dict[str, Any]]:
+    """One explicit gres.conf line per GPU node group: the device files from the model's GPU count."""
+    types = gres_types(model)
+    out = []
+    for group in _compute_groups(model).values():
+        if group.gpu is None:
+            continue
+        count = group.gpu.count
+        files = "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
+        out.append({"nodes": _hostlist(expand_hosts(group.hosts)), "type": types[group.gpu.model], "file": files})
+    return out
+
+
+def partitions(model: Cluster, slurm: Slurm) -> list[dict[str, Any]]:
+    out = []
+    for name, part in slurm.partitions.items():
+        hosts = [h for group in part.node_groups for h in expand_hosts(model.node_groups[group].hosts)]
+        out.append(
+            {
+                "name": name,
+                "nodes": _hostlist(list(dict.fromkeys(hosts))),
+                "allow_accounts": list(part.allow_accounts),
+                "allow_groups": list(part.allow_groups),
+                "max_time": part.max_time,
+                "default": part.default,
+                "priority_tier": part.priority_tier,
+                "qos": part.qos or "",
+            }
+        )
+    return out
+
+
+def qos_list(slurm: Slurm) -> list[dict[str, Any]]:
+    def one(name: str, qos: Qos) -> dict[str, Any]:
+        return {
+            "name": name,
+            "priority": qos.priority,
+            "max_gpus_per_user": qos.max_gpus_per_user,
+            "max_gpus_per_job": qos.max_gpus_per_job,
+            "max_jobs_per_user": qos.max_jobs_per_user,
+            "max_wall": qos.max_wall,
+            "preempt": list(qos.preempt),
+            "preempt_mode": qos.preempt_mode,
+        }
+
+    return [one(name, qos) for name, qos in slurm.qos.items()]
+
+
+def accounts(slurm: Slurm) -> list[dict[str, Any]]:
+    """Accounts parents first, so each can be created under one that already exists."""
+
+    def one(name: str, account: Account) -> dict[str, Any]:
+        return {
+            "name": name,
+            "parent": account.parent or "root",
+            "description": account.description or name,
+            "fairshare": account.fairshare,
+            "qos": list(account.qos),
+            "default_qos": account.default_qos or "",
+            "max_gpus": account.max_gpus,
+            "users": list(account.users),
+        }
+
+    ordered: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...] = ()) -> None:
+        parent = slurm.accounts[name].parent
+        if parent in slurm.accounts and parent not in ordered and parent not in path:
+            visit(parent, (*path, name))
+        if name not in ordered:
+            ordered.append(name)
+
+    for name in slurm.accounts:
+        visit(name)
+    return [one(name, slurm.accounts[name]) for name in ordered]
+
+
+def def_mem_per_cpu(model: Cluster) -> int:
+    """Memory a job gets per CPU unless it asks (DefMemPerCPU): the smallest share of any compute node, so that a
+    job without --mem never takes a whole node. 0 (not set) where a node group gives no memory or CPUs."""
+    shares = [g.memory_mb // g.cpus if g.memory_mb and g.cpus else 0 for g in _compute_groups(model).values()]
+    return min(shares) if shares and all(shares) else 0
+
+
+def job_mapping_dir(model: Cluster) -> str:
+    """The exporter's job-mapping folder where dcgm-exporter runs on the Slurm cluster's GPU nodes, else ""."""
+    return JOB_MAPPING_DIR if "dcgm_exporter" in model.monitoring.components else ""
+
+
+def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    model = rc.model
+    slurm = model.slurm
+    if slurm is None:
+        return {}
+    cluster = slurm.cluster_name or model.name
+    priority = slurm.priority
+    mapping = job_mapping_dir(model)
+    return {
+        "slurm_common_cluster_name": cluster,
+        "slurm_common_nodes": nodes(model),
+        "slurm_common_partitions": partitions(model, slurm),
+        "slurm_common_gres": gres(model),
+        "slurm_common_gres_autodetect": slurm.gres_autodetect,
+        "slurm_common_accounting": slurm.accounting,
+        "slurm_common_priority": {
+            "weight_fairshare": priority.weight_fairshare,
+            "weight_age": priority.weight_age,
+            "weight_qos": priority.weight_qos,
+            "weight_partition": priority.weight_partition,
+            "weight_job_size": priority.weight_job_size,
+            "decay_half_life": priority.decay_half_life,
+        },
+        "slurm_common_preempt_mode": slurm.preempt_mode,
+        "slurm_common_def_mem_per_cpu": def_mem_per_cpu(model),
+        "slurm_common_job_mapping_dir": mapping,
+        "slurm_accounting_cluster_name": cluster,
+        "slurm_accounting_qos": qos_list(slurm),
+        "slurm_accounting_accounts": accounts(slurm),
+    }
