@@ -10,7 +10,7 @@ import importlib
 from types import ModuleType
 
 # Concern modules, in the order their variables are merged.
-CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "slurm")
+CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm")
 
 
 def concern_modules() -> list[ModuleType]:
