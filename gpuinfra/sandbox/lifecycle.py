@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,10 @@ from .spec import (
     sandbox_spec,
     spec_digest,
 )
+
+# The kernel a GPU host gets when its image has none (the driver image built by molecule/shared/build-driver-image
+# already has it).
+KERNEL_PACKAGE = "linux-image-amd64"
 
 
 class SandboxError(GpuinfraError):
@@ -114,6 +119,11 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
         if access.authorize(container.name, pubkey):
             changes.append(f"{container.host}: authorized the sandbox key for root")
         entries[container.host] = (container.address, access.host_key(container.name))
+    gpu_hosts = [c for c in spec.containers if c.gpus]
+    with ThreadPoolExecutor(max_workers=max(1, len(gpu_hosts))) as pool:
+        for container, installed in zip(gpu_hosts, pool.map(_ensure_kernel, gpu_hosts), strict=True):
+            if installed:
+                changes.append(f"{container.host}: installed {KERNEL_PACKAGE}")
     if access.write_if_changed(spec.known_hosts, access.known_hosts_text(entries)):
         changes.append(f"recorded host keys in {spec.known_hosts}")
     for container in spec.containers:
@@ -200,6 +210,17 @@ def _ensure_container(spec: SandboxSpec, container: ContainerSpec, changes: list
         _wait_for_systemd(container.name)
         changes.append(f"{container.host}: started container {container.name}")
     return False
+
+
+def _ensure_kernel(container: ContainerSpec) -> bool:
+    """Give a GPU host a kernel package, as a real GPU machine has: the driver's DKMS module is built for the
+    installed kernels, and the preflight checks one is there. True when it was installed (a driver image has it)."""
+    script = (
+        "ls /boot/vmlinuz-* >/dev/null 2>&1 && exit 0; "
+        "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
+        f"apt-get install -y -qq --no-install-recommends {KERNEL_PACKAGE} >/dev/null; echo installed"
+    )
+    return exec_in(container.name, script, timeout=900).strip().endswith("installed")
 
 
 def _wait_for_systemd(container: str, timeout: float = 120) -> None:
