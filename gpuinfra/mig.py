@@ -57,14 +57,30 @@ def _key(layout: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
 
 
 def _layout_problems(spec: GpuSpec, layout: Mapping[str, int]) -> list[tuple[str | None, str]]:
-    """(profile or None, message) for every problem: per-profile ones first, then whether the whole packs."""
+    """(profile or None, message) for every problem: per-profile ones first, then whether the whole packs.
+
+    Memoised per (model, layout): a 10,000-node file repeats a handful of layouts on a handful of models."""
+    items = tuple(layout.items())
+    if catalog.lookup(spec.name) is spec and all(type(count) is int for _name, count in items):
+        return list(_problems_cached(spec.name, items))
+    return _find_problems(spec, layout)
+
+
+@lru_cache(maxsize=4096)
+def _problems_cached(spec_name: str, items: tuple[tuple[str, int], ...]) -> tuple[tuple[str | None, str], ...]:
+    spec = catalog.lookup(spec_name)
+    assert spec is not None
+    return tuple(_find_problems(spec, dict(items)))
+
+
+def _find_problems(spec: GpuSpec, layout: Mapping[str, int]) -> list[tuple[str | None, str]]:
     if not spec.mig_profiles:
         return [(None, f"{spec.name} does not support MIG")]
     out: list[tuple[str | None, str]] = []
-    valid = ", ".join(spec.mig_profiles)
     for name, count in layout.items():
         profile = spec.mig_profiles.get(name)
         if profile is None:
+            valid = ", ".join(spec.mig_profiles)
             out.append((name, f"{name!r} is not a MIG profile of {spec.name} (valid: {valid})"))
         elif isinstance(count, bool) or not isinstance(count, int) or count < 1:
             out.append((name, f"the count of {name} must be a whole number of at least 1, not {count!r}"))
@@ -125,7 +141,7 @@ def _search_cached(spec_name: str, key: tuple[tuple[str, int], ...]) -> tuple[tu
 
 
 def _search(spec: GpuSpec, key: tuple[tuple[str, int], ...]) -> list[tuple[str, int]] | None:
-    """Memoised per (model, layout): a 10,000-node file repeats a handful of layouts on a handful of models."""
+    """Memoised per (model, layout), like the problems."""
     found = _search_cached(spec.name, key) if catalog.lookup(spec.name) is spec else _pack(spec, key)
     return None if found is None else list(found)
 

@@ -211,12 +211,17 @@ def test_place_returns_slot_order_and_none_for_unknown_profiles() -> None:
 
 
 def test_results_are_memoised_per_model_and_layout() -> None:
-    mig._search_cached.cache_clear()
+    mig._problems_cached.cache_clear()
     h200 = spec_of("H200-SXM5-141GB")
     for _ in range(1000):
-        mig.check_layout(h200, {"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 2})
-    info = mig._search_cached.cache_info()
+        assert mig.check_layout(h200, {"3g.71gb": 1, "2g.35gb": 1, "1g.18gb": 2}) == []
+    info = mig._problems_cached.cache_info()
     assert (info.misses, info.hits) == (1, 999)
+    # A count of True is not the count 1, although the two hash alike.
+    assert mig.check_layout(h200, {"7g.141gb": 1}) == []
+    assert mig.check_layout(h200, {"7g.141gb": True}) == [
+        "the count of 7g.141gb must be a whole number of at least 1, not True"
+    ]
 
 
 # --- the search against brute force ------------------------------------------------------------------------------
