@@ -8,18 +8,23 @@ packages are not installed by any test on this machine.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible.vars.manager import VariableManager
 from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.render.vars import driver
 from gpuinfra.resolve import resolve
 
@@ -389,8 +394,8 @@ def test_group_vars_are_declared_options_of_the_right_type() -> None:
     kinds = {"str": str, "int": int, "bool": bool, "list": list}
     for name, value in out.items():
         assert name in options, name
-        if name == "nvidia_driver_fabric_manager":
-            continue  # a per-host template, resolved from gpuinfra_nvswitch
+        if name in ("nvidia_driver_fabric_manager", "nvidia_driver_service_manage"):
+            continue  # per-host templates of gpuinfra_nvswitch and gpuinfra_gpu_emulated (tested above and below)
         assert isinstance(value, kinds[options[name]["type"]]), name
         if "choices" in options[name]:
             assert value in options[name]["choices"], name
@@ -405,3 +410,42 @@ def test_artifacts_render_for_the_first_gpu_host() -> None:
         assert (ROLES / artifact.role / "templates" / artifact.template).exists()
         text = render(artifact.role, artifact.template, **driver.group_vars(rc))
         assert "Managed by gpuinfra" in text
+
+
+# --- emulated GPUs ---------------------------------------------------------------------------------------------
+
+
+def _play_vars(rc: Any, host: str, names: list[str], role_defaults: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Variables as a play sees them on one host: the rendered inventory read by Ansible's own inventory code,
+    over the defaults of the given roles."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "inventory.yml"
+        path.write_text(json.dumps(inventory_yaml(rc)))
+        loader = DataLoader()
+        inventory = InventoryManager(loader=loader, sources=[str(path)])
+        variables = VariableManager(loader=loader, inventory=inventory).get_vars(host=inventory.get_host(host))
+        defaults: dict[str, Any] = {}
+        for role in role_defaults:
+            defaults.update(_trusted(_yaml(ROLES / role / "defaults" / "main.yml")))
+        variables = {**defaults, **variables}
+        templar = Templar(loader=loader, variables=variables)
+        return {name: templar.template(variables[name]) for name in names}
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_emulated_gpus_get_the_driver_built_but_not_loaded(emulated: bool) -> None:
+    gpu = {"model": "L4", "count": 2, "emulated": emulated}
+    data: dict[str, Any] = {
+        "name": "lab",
+        "node_groups": {
+            "gpu": {"hosts": "gpu01", "roles": ["slurm_compute"], "gpu": gpu},
+            "ctl": {"hosts": "ctl01", "roles": ["slurm_controller"]},
+        },
+        "driver": {"version": "535.261.03", "reboot": "never"},
+    }
+    rc = resolve(Cluster.model_validate(data))
+    names = ["nvidia_driver_service_manage", "gpu_health_gpu_access", "nvidia_driver_version"]
+    seen = _play_vars(rc, "gpu01", names, role_defaults=("gpu_health",))
+    assert seen["nvidia_driver_service_manage"] is (not emulated)
+    assert seen["gpu_health_gpu_access"] is (not emulated)
+    assert seen["nvidia_driver_version"] == "535.261.03", "the driver is still installed and built"

@@ -13,6 +13,9 @@ from ..artifacts import Artifact
 
 # The fabric manager goes where the host's GPUs sit on an NVSwitch fabric: a per-host fact of the inventory.
 FABRIC_MANAGER_FROM_HOST = "{{ gpuinfra_nvswitch | default(false) | bool }}"
+# Emulated GPUs (device nodes without hardware, as in the sandbox): the driver is installed and its module built,
+# but nothing is loaded or started and the host is never rebooted for it.
+SERVICE_MANAGE_FROM_HOST = "{{ not (gpuinfra_gpu_emulated | default(false) | bool) }}"
 
 ARTIFACTS: list[Artifact] = [
     Artifact(
@@ -61,6 +64,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "nvidia_driver_fabric_manager": FABRIC_MANAGER_FROM_HOST,
         "nvidia_driver_fabric_manager_version": driver.fabric_manager_version or "",
         "nvidia_driver_reboot": driver.reboot,
+        "nvidia_driver_service_manage": SERVICE_MANAGE_FROM_HOST,
         # The gate checks the same module the driver role installs.
         "gpu_kernel_gate_driver_version": version,
         "gpu_kernel_gate_driver_branch": driver.major,
