@@ -18,12 +18,16 @@ from .window import Window
 class SimResult:
     makespan: float
     peak_unavailable: int
+    """Most nodes out of service at once: running, plus failed ones left drained."""
     succeeded: int
     failed: int
 
 
-def simulate(window: Window, duration: Callable[[str], float], fails: Callable[[str], bool] = lambda _: False,
-             ) -> SimResult:
+def simulate(
+    window: Window,
+    duration: Callable[[str], float],
+    fails: Callable[[str], bool] = lambda _: False,
+) -> SimResult:
     clock = 0.0
     events: list[tuple[float, str]] = []
     peak = 0
@@ -31,7 +35,7 @@ def simulate(window: Window, duration: Callable[[str], float], fails: Callable[[
         for node in window.startable():
             window.started(node)
             heapq.heappush(events, (clock + duration(node), node))
-        peak = max(peak, len(window.running))
+        peak = max(peak, window.out_of_service)
         if not events:
             break
         clock, node = heapq.heappop(events)

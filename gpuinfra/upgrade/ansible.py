@@ -1,0 +1,66 @@
+"""Phases as Ansible runs: one ansible-runner run of the upgrade playbook per node and phase.
+
+`--limit NODE --tags PHASE` selects the node and the phase; the playbook's rescue (tagged `always`) keeps a failed
+node drained with the failure as its reason before the run ends, so the controller only has to read the outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..run import Outcome, RunOptions, RunResult, run_playbook
+from .pipeline import PhaseResult
+
+DRIVER_PLAYBOOK = "upgrade_driver.yml"
+KERNEL_PLAYBOOK = "kernel_update.yml"
+
+# The playbooks' rescue fails with this task when the drain gave up (timeout, or drained by someone else): the node
+# was left as it was, so it is skipped rather than failed.
+GIVE_UP_TASK = "Give up on the node, left as it was"
+
+
+@dataclass
+class AnsibleExecutor:
+    inventory: Mapping[str, Any]
+    playbook: str
+    extra_vars: Mapping[str, Any] = field(default_factory=dict)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    phase_timeout: int | None = None
+    """Seconds one phase may run (the drain phase waits for jobs, so leave room for the drain timeout)."""
+
+    def __call__(self, node: str, phase: str) -> PhaseResult:
+        options = RunOptions(
+            playbook=self.playbook,
+            limit=node,
+            tags=(phase,),
+            extra_vars=dict(self.extra_vars),
+            timeout=self.phase_timeout,
+        )
+        result = run_playbook(self.inventory, options, hosts=[node], cancel=self.cancel.is_set)
+        return phase_result(result, node)
+
+
+def phase_result(result: RunResult, node: str) -> PhaseResult:
+    if result.outcome is Outcome.CANCELLED:
+        return PhaseResult("cancelled")
+    if result.outcome in (Outcome.OK, Outcome.CHANGED):
+        return PhaseResult("ok")
+    if result.outcome is Outcome.TIMEOUT:
+        return PhaseResult("failed", f"the run took longer than {result.duration_s:.0f}s and was stopped")
+    failures = [f for f in result.failures if f.host == node] or result.failures
+    if any(f.task.endswith(GIVE_UP_TASK) for f in failures):
+        return PhaseResult("skipped", one_line(failures[-1].message))
+    if failures:
+        last = failures[-1]
+        kind = "unreachable" if last.unreachable else "failed"
+        return PhaseResult("failed", one_line(f"{kind}: {last.message}" if last.unreachable else last.message))
+    detail = "; ".join(result.errors) or f"ansible-runner status {result.status}, rc {result.rc}"
+    return PhaseResult("failed", one_line(detail))
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
