@@ -69,9 +69,25 @@ def _operator_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
         "gpu_operator_time_slicing_replicas": ts.replicas if ts else 0,
         "gpu_operator_time_slicing_rename_by_default": ts.rename_by_default if ts else False,
         "gpu_operator_time_slicing_fail_requests_greater_than_one": ts.fail_requests_greater_than_one if ts else True,
+        "gpu_operator_daemonset_tolerations": daemonset_tolerations(rc, k8s),
         "gpu_operator_dcgm_exporter_enabled": op.dcgm_exporter,
         "gpu_operator_service_monitor_enabled": op.service_monitor,
     }
+
+
+def daemonset_tolerations(rc: ResolvedCluster, k8s: Kubernetes) -> list[dict[str, str]]:
+    """Tolerations for every taint on the GPU workers (the cluster's and each group's), so that the operator's
+    daemonsets run there; nvidia.com/gpu is always tolerated, as the chart does by default."""
+    out = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    taints = list(k8s.gpu_node_taints)
+    for group in rc.model.node_groups.values():
+        if WORKER_ROLE in group.roles:
+            taints.extend(group.taints)
+    for taint in taints:
+        toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+        if toleration not in out:
+            out.append(toleration)
+    return out
 
 
 def gpu_resources(k8s: Kubernetes) -> list[str]:
