@@ -10,7 +10,7 @@ import importlib
 from types import ModuleType
 
 # Concern modules, in the order their variables are merged.
-CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm")
+CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm", "monitoring")
 
 
 def concern_modules() -> list[ModuleType]:
