@@ -9,7 +9,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Diagnostic
+from .errors import Diagnostic, InvalidInput
 from .model import Cluster
 from .resolve import HostlistError, ResolvedCluster, expand_hosts, resolve
 from .yamlsource import Loc, YamlSource
@@ -58,6 +58,8 @@ def check(model: Cluster, source: YamlSource, base_dir: Path) -> tuple[ResolvedC
     """Run every rule; returns the resolved cluster and every finding (errors and warnings)."""
     report = Report(source)
     _hosts(model, report)
+    if report.found:  # hosts that do not expand cannot be resolved; report them before anything else
+        raise InvalidInput(report.found)
     rc = resolve(model)
     from . import gpu_checks  # the GPU, driver and MIG rules, which need the catalog
 
@@ -211,11 +213,11 @@ def _monitoring(rc: ResolvedCluster, report: Report) -> None:
     mon = rc.model.monitoring
     servers = SERVER_COMPONENTS & set(mon.components)
     if servers and not rc.with_role("monitoring"):
-        report.error(
-            ("monitoring", "components"),
-            f"{', '.join(sorted(servers))} need a host with the monitoring role; add the role to a node "
-            "group or remove them from components",
-        )
+        needs = f"{', '.join(sorted(servers))} need a host with the monitoring role"
+        if "components" in mon.model_fields_set:
+            report.error(("monitoring", "components"), f"{needs}; add the role to a node group or remove them")
+        else:  # the default stack: say what will be missing, without failing a cluster that has no such host
+            report.warning(("monitoring",), f"{needs}, so they are not installed; add the role to a node group")
     for severity in ("critical", "warning", "info"):
         for i, receiver in enumerate(getattr(mon.routes, severity)):
             if receiver not in mon.receivers:
