@@ -73,15 +73,23 @@ def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
 
 
 def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
+    """The inventory exactly as `ansible-inventory --list --export` prints it: every group is a child of `all`,
+    but only groups with hosts get an entry of their own."""
     members = groups(rc)
     grouped = {host for hosts in members.values() for host in hosts}
+    ungrouped = [host for host in rc.hosts if host not in grouped]
     out: dict[str, Any] = {
-        "_meta": {"hostvars": {name: host_vars(host) for name, host in rc.hosts.items()}},
+        "_meta": {
+            "hostvars": {name: host_vars(host) for name, host in rc.hosts.items()},
+            "profile": "inventory_legacy",
+        },
         "all": {"children": ["ungrouped", *members], "vars": group_vars(rc)},
-        "ungrouped": {"hosts": [host for host in rc.hosts if host not in grouped]},
     }
+    if ungrouped:
+        out["ungrouped"] = {"hosts": ungrouped}
     for name, hosts in members.items():
-        out[name] = {"hosts": hosts}
+        if hosts:
+            out[name] = {"hosts": hosts}
     return out
 
 
