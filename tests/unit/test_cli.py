@@ -1,0 +1,97 @@
+"""The read-only verbs end to end through `gpuinfra.cli.main`: exit codes, --json, and the real ansible-inventory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from ruamel.yaml import YAML
+
+from gpuinfra.cli import exitcodes, main
+from gpuinfra.load import load_cluster
+from gpuinfra.render.inventory import inventory_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "inventories").glob("*/cluster.yml"))
+SMALL = ROOT / "inventories" / "slurm-small" / "cluster.yml"
+BAD = ROOT / "tests" / "unit" / "bad"
+
+
+def test_validate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(SMALL)]) == exitcodes.OK
+    assert "valid" in capsys.readouterr().err
+    assert main(["validate", str(SMALL), str(BAD / "unknown_key.yml")]) == exitcodes.INVALID_INPUT
+    err = capsys.readouterr().err
+    assert "unknown_key.yml: 2 errors" in err
+
+
+def test_validate_json_lists_every_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--json", str(SMALL), str(BAD / "many_errors.yml")]) == exitcodes.INVALID_INPUT
+    results = json.loads(capsys.readouterr().out)
+    assert [r["valid"] for r in results] == [True, False]
+    errors = [d for d in results[1]["diagnostics"] if d["severity"] == "error"]
+    assert len(errors) > 3
+    assert all({"file", "line", "col", "path", "message"} <= set(d) for d in errors)
+
+
+def test_user_mistakes_never_print_a_traceback(tmp_path: Path) -> None:
+    """Run the installed entry point on every bad file: exit 3, no traceback."""
+    for bad in sorted(BAD.glob("*.yml")):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuinfra", "validate", str(bad)], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == exitcodes.INVALID_INPUT, (bad.name, done.stderr)
+        assert "Traceback" not in done.stderr, bad.name
+
+
+def test_schema_is_a_json_schema_that_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == exitcodes.OK
+    schema = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for example in EXAMPLES:
+        jsonschema.validate(YAML(typ="safe").load(example.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "x", "node_groups": {"a": {"hosts": "a1"}}, "bogus": 1}, schema)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_inventory_matches_ansible_inventory(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Our JSON equals what the real ansible-inventory prints for the same inventory written as YAML."""
+    assert main(["inventory", str(example)]) == exitcodes.OK
+    ours = json.loads(capsys.readouterr().out)
+    static = tmp_path / "hosts.yml"
+    static.write_text(json.dumps(inventory_yaml(load_cluster(example).resolved)))  # JSON is YAML
+    env = {**os.environ, "ANSIBLE_INVENTORY_ENABLED": "yaml", "ANSIBLE_LOCALHOST_WARNING": "false"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(static), "--list", "--export"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert ours == json.loads(done.stdout)
+
+
+def test_inventory_of_an_invalid_file_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inventory", str(BAD / "unknown_key.yml")]) == exitcodes.INVALID_INPUT
+    assert capsys.readouterr().out == ""
+
+
+def test_plan_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(SMALL), "--out", str(tmp_path), "--json"]) == exitcodes.OK
+    listed = json.loads(capsys.readouterr().out)
+    assert listed, "plan rendered nothing"
+    for item in listed:
+        written = tmp_path / item["path"]
+        assert written.is_file() and written.read_text().strip(), item["path"]
+
+
+def test_plan_of_an_invalid_file_renders_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["plan", str(BAD / "mig_does_not_pack.yml"), "--out", str(out)]) == exitcodes.INVALID_INPUT
+    assert not out.exists()
