@@ -124,12 +124,12 @@ def _slurm(rc: ResolvedCluster, report: Report) -> None:
                     ("slurm", "partitions", name, "node_groups", i),
                     f"{group!r} {what}; {suggest(group, compute_groups)}",
                 )
-        for i, account in enumerate(part.allow_accounts):
-            if account not in slurm.accounts:
+        for i, account_name in enumerate(part.allow_accounts):
+            if account_name not in slurm.accounts:
                 report.error(
                     ("slurm", "partitions", name, "allow_accounts", i),
-                    f"account {account!r} is not defined under slurm.accounts; "
-                    f"{suggest(account, list(slurm.accounts))}",
+                    f"account {account_name!r} is not defined under slurm.accounts; "
+                    f"{suggest(account_name, list(slurm.accounts))}",
                 )
         if part.qos and part.qos not in slurm.qos:
             report.error(
