@@ -1,0 +1,86 @@
+"""The job-mapping prolog and epilog, rendered from the role's templates and run by the real shell.
+
+The environment is the one slurmd 22.05 gives a prolog (PrologFlags=Alloc): SLURM_JOB_ID, and the job's GPU
+indices on the node in SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES. The Molecule scenario checks the same scripts
+under a real slurmd.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "roles" / "slurm_common" / "templates"
+
+
+def script(tmp_path: Path, name: str, mapping_dir: str) -> Path:
+    source = (TEMPLATES / f"{name}.sh.j2").read_text()
+    variables = {"slurm_common_job_mapping_dir": mapping_dir, "ansible_managed": "test"}
+    text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
+    path = tmp_path / f"{name}.sh"
+    path.write_text(str(text))
+    path.chmod(0o755)
+    return path
+
+
+def run(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    # No PATH beyond the basics, as slurmd gives none to prologs.
+    base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return subprocess.run([str(path)], env={**base, **env}, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def mapping(tmp_path: Path) -> Path:
+    return tmp_path / "job-mapping"
+
+
+def test_prolog_writes_one_file_per_gpu_and_epilog_removes_them(tmp_path: Path, mapping: Path) -> None:
+    prolog, epilog = script(tmp_path, "prolog", str(mapping)), script(tmp_path, "epilog", str(mapping))
+    assert run(prolog, SLURM_JOB_ID="42", SLURM_JOB_GPUS="1,3").returncode == 0
+    assert sorted(os.listdir(mapping)) == ["1", "3"]
+    assert (mapping / "1").read_text() == "42\n"
+    assert (mapping / "3").read_text() == "42\n"
+    assert run(epilog, SLURM_JOB_ID="42", SLURM_JOB_GPUS="1,3").returncode == 0
+    assert os.listdir(mapping) == []
+
+
+def test_prolog_falls_back_to_cuda_visible_devices(tmp_path: Path, mapping: Path) -> None:
+    prolog = script(tmp_path, "prolog", str(mapping))
+    assert run(prolog, SLURM_JOB_ID="7", CUDA_VISIBLE_DEVICES="0").returncode == 0
+    assert (mapping / "0").read_text() == "7\n"
+
+
+def test_epilog_leaves_another_jobs_file(tmp_path: Path, mapping: Path) -> None:
+    prolog, epilog = script(tmp_path, "prolog", str(mapping)), script(tmp_path, "epilog", str(mapping))
+    run(prolog, SLURM_JOB_ID="8", SLURM_JOB_GPUS="0")
+    assert run(epilog, SLURM_JOB_ID="5", SLURM_JOB_GPUS="0").returncode == 0
+    assert (mapping / "0").read_text() == "8\n"
+
+
+def test_job_without_gpus_writes_nothing(tmp_path: Path, mapping: Path) -> None:
+    prolog = script(tmp_path, "prolog", str(mapping))
+    assert run(prolog, SLURM_JOB_ID="9").returncode == 0
+    assert not mapping.exists()
+
+
+def test_mapping_off_writes_nothing(tmp_path: Path, mapping: Path) -> None:
+    prolog = script(tmp_path, "prolog", "")
+    assert run(prolog, SLURM_JOB_ID="9", SLURM_JOB_GPUS="0").returncode == 0
+    assert list(tmp_path.iterdir()) == [tmp_path / "prolog.sh"]
+
+
+def test_failures_never_fail_the_prolog(tmp_path: Path) -> None:
+    """A failing prolog drains the node; an unwritable folder or a strange index must not."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    prolog = script(tmp_path, "prolog", str(blocked / "job-mapping"))
+    assert run(prolog, SLURM_JOB_ID="1", SLURM_JOB_GPUS="0,x").returncode == 0
+    prolog = script(tmp_path, "prolog", str(tmp_path / "ok"))
+    assert run(prolog, SLURM_JOB_ID="1", SLURM_JOB_GPUS="0,x").returncode == 0
+    assert os.listdir(tmp_path / "ok") == ["0"]

@@ -1,0 +1,177 @@
+"""The Slurm concern: role variables from the model, and the files `gpuinfra plan` renders from the roles' templates.
+
+Regenerate the golden files with `GPUINFRA_UPDATE_GOLDEN=1 pytest tests/unit/test_slurm_vars.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuinfra.load import load_cluster
+from gpuinfra.model import Cluster
+from gpuinfra.render.inventory import group_vars
+from gpuinfra.render.plan import render
+from gpuinfra.render.vars import CONCERNS, slurm
+from gpuinfra.resolve import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "unit" / "golden" / "slurm"
+SCENARIO = ROOT / "molecule" / "slurm" / "vars"
+SMALL = ROOT / "inventories" / "slurm-small" / "cluster.yml"
+UPDATE = os.environ.get("GPUINFRA_UPDATE_GOLDEN") == "1"
+
+
+def check_golden(path: Path, text: str) -> None:
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"{path.relative_to(ROOT)} is missing; create it with GPUINFRA_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path.relative_to(ROOT)} differs; regenerate with GPUINFRA_UPDATE_GOLDEN=1"
+
+
+def conf(text: str) -> list[dict[str, str]]:
+    """slurm.conf-style lines as dicts (comments and blank lines dropped); fails on a line that is not key=value."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        pairs = line.split(" ")
+        assert all("=" in pair for pair in pairs), f"not key=value: {line!r}"
+        out.append(dict(pair.split("=", 1) for pair in pairs))
+    return out
+
+
+def rendered(path: Path) -> dict[str, str]:
+    rc = load_cluster(path).resolved
+    return {r.artifact.path: r.content for r in render(rc, only=list(slurm.ARTIFACTS))}
+
+
+def test_concern_is_registered() -> None:
+    assert "slurm" in CONCERNS
+
+
+@pytest.mark.parametrize("artifact", [a.path for a in slurm.ARTIFACTS])
+def test_artifacts_match_golden(artifact: str) -> None:
+    check_golden(GOLDEN / "slurm-small" / Path(artifact).name, rendered(SMALL)[artifact])
+
+
+def test_slurm_conf_holds_the_model() -> None:
+    lines = conf(rendered(SMALL)["slurm/slurm.conf"])
+    settings = {k: v for line in lines if len(line) == 1 for k, v in line.items()}
+    assert settings["GresTypes"] == "gpu"
+    assert settings["SelectType"] == "select/cons_tres"
+    assert settings["ProctrackType"] == "proctrack/cgroup"
+    assert settings["AccountingStorageTRES"] == "gres/gpu"
+    assert settings["AccountingStorageEnforce"] == "associations,limits,qos,safe"
+    assert settings["PriorityType"] == "priority/multifactor"
+    assert settings["PriorityWeightFairshare"] == "100000"
+    assert settings["PreemptType"] == "preempt/qos"
+    assert settings["PreemptMode"] == "REQUEUE"
+    nodes = {line["NodeName"]: line for line in lines if "NodeName" in line}
+    assert nodes["a100-[01-08]"]["Gres"] == "gpu:a100:8"
+    assert nodes["l40s-[01-02]"]["Gres"] == "gpu:l40s:4"
+    parts = {line["PartitionName"]: line for line in lines if "PartitionName" in line}
+    assert parts["vision"]["AllowAccounts"] == "vision"
+    assert parts["interactive"]["Default"] == "YES"
+    assert [p for p, line in parts.items() if line["Default"] == "YES"] == ["interactive"]
+    assert parts["scavenger"]["Nodes"] == "a100-[01-08],l40s-[01-02]"
+    assert parts["scavenger"]["QOS"] == "scavenger"
+    assert parts["vision"]["MaxTime"] == "2-00:00:00"
+    assert parts["vision"]["PriorityTier"] == "10"
+
+
+def test_gres_conf_names_every_device_file() -> None:
+    lines = conf(rendered(SMALL)["slurm/gres.conf"])
+    assert lines == [
+        {"NodeName": "a100-[01-08]", "Name": "gpu", "Type": "a100", "File": "/dev/nvidia[0-7]"},
+        {"NodeName": "l40s-[01-02]", "Name": "gpu", "Type": "l40s", "File": "/dev/nvidia[0-3]"},
+    ]
+
+
+def test_cgroup_conf_constrains_devices() -> None:
+    assert {"ConstrainDevices": "yes"} in conf(rendered(SMALL)["slurm/cgroup.conf"])
+
+
+def _cluster(**changes: Any) -> Cluster:
+    base: dict[str, Any] = {
+        "name": "c",
+        "driver": {"version": "535.261.03"},
+        "monitoring": {"components": ["dcgm_exporter"]},
+        "node_groups": {
+            "head": {"hosts": "ctl", "roles": ["slurm_controller", "slurm_dbd"]},
+            "gpu": {"hosts": "gpu[01-16]", "roles": ["slurm_compute"], "gpu": {"model": "H100-SXM5-80GB", "count": 1}},
+        },
+        "slurm": {"partitions": {"all": {"node_groups": ["gpu"], "default": True}}},
+    }
+    base.update(changes)
+    return Cluster.model_validate(base)
+
+
+def test_thousand_nodes_render_one_line_per_group() -> None:
+    model = _cluster()
+    groups = dict(model.node_groups)
+    groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "gpu[0001-1000]"})
+    variables = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
+    assert variables["slurm_common_nodes"] == [{"names": "gpu[0001-1000]", "gres": ["gpu:h100:1"]}]
+    assert variables["slurm_common_gres"] == [{"nodes": "gpu[0001-1000]", "type": "h100", "file": "/dev/nvidia0"}]
+
+
+def test_gres_types_stay_distinct_when_families_collide() -> None:
+    model = _cluster()
+    groups = dict(model.node_groups)
+    groups["small"] = groups["gpu"].model_copy(
+        update={"hosts": "s[1-2]", "gpu": groups["gpu"].gpu.model_copy(update={"model": "H100-PCIE-80GB"})}  # type: ignore[union-attr]
+    )
+    types = slurm.gres_types(model.model_copy(update={"node_groups": groups}))
+    assert types == {"H100-PCIE-80GB": "h100-pcie-80gb", "H100-SXM5-80GB": "h100-sxm5-80gb"}
+
+
+def test_accounts_come_parents_first() -> None:
+    model = _cluster(
+        slurm={
+            "partitions": {"all": {"node_groups": ["gpu"]}},
+            "accounts": {"leaf": {"parent": "mid"}, "mid": {"parent": "top"}, "top": {}},
+        }
+    )
+    assert [a["name"] for a in slurm.group_vars(resolve(model))["slurm_accounting_accounts"]] == ["top", "mid", "leaf"]
+
+
+def test_memory_default_is_the_smallest_share() -> None:
+    variables = group_vars(load_cluster(SMALL).resolved)
+    # a100: 1,000,000 MiB / 128 CPUs = 7812; l40s: 512,000 / 64 = 8000.
+    assert variables["slurm_common_def_mem_per_cpu"] == 7812
+
+
+def test_job_mapping_follows_the_exporter() -> None:
+    assert slurm.group_vars(resolve(_cluster()))["slurm_common_job_mapping_dir"] == slurm.JOB_MAPPING_DIR
+    without = _cluster(monitoring={"components": ["node_exporter"]})
+    assert slurm.group_vars(resolve(without))["slurm_common_job_mapping_dir"] == ""
+
+
+def test_no_slurm_section_renders_nothing() -> None:
+    assert slurm.group_vars(resolve(_cluster(slurm=None))) == {}
+
+
+def _scenario_vars(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((SCENARIO / name).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_scenario_two_node_vars_are_what_the_model_renders() -> None:
+    rendered_vars = slurm.group_vars(load_cluster(SCENARIO / "cluster.yml").resolved)
+    assert _scenario_vars("two_nodes.yml") == rendered_vars
+
+
+def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
+    model = load_cluster(SCENARIO / "cluster.yml").model
+    groups = dict(model.node_groups)
+    groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "slurm-gpu01"})
+    rendered_vars = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
+    assert _scenario_vars("one_node.yml") == rendered_vars
