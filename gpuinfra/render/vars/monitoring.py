@@ -117,4 +117,5 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "grafana_prometheus_tls_ca_file": ca_file,
         "grafana_prometheus_basic_auth": mon.basic_auth,
         "grafana_secrets_dir": secrets_dir,
+        "grafana_scrape_interval": mon.scrape_interval,
     }
