@@ -1,0 +1,137 @@
+"""The Kubernetes end state after `gpuinfra apply`, checked against a real cluster with GPU nodes.
+
+No Kubernetes API server can run on the development and CI machines, so these tests skip there, saying so. On a real
+cluster, point them at it and at the cluster file it was applied from:
+
+    GPUINFRA_K8S_KUBECONFIG=~/.kube/config GPUINFRA_K8S_CLUSTER=cluster.yml pytest tests/k8s
+
+They only read, or ask the API server for a dry run: they create, change and delete nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuinfra.load import LoadedCluster, load_cluster
+from gpuinfra.render.vars import kubernetes as k8s_vars
+from gpuinfra.render.vars import mig as mig_vars
+
+KUBECONFIG = os.environ.get("GPUINFRA_K8S_KUBECONFIG", "")
+CLUSTER = os.environ.get("GPUINFRA_K8S_CLUSTER", "")
+
+pytestmark = pytest.mark.skipif(
+    not (KUBECONFIG and CLUSTER and shutil.which("kubectl")),
+    reason="needs a real Kubernetes cluster with NVIDIA GPU nodes (set GPUINFRA_K8S_KUBECONFIG and "
+    "GPUINFRA_K8S_CLUSTER, and put kubectl on PATH); no API server can run on this machine",
+)
+
+
+def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", f"--kubeconfig={Path(KUBECONFIG).expanduser()}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def get(*args: str) -> Any:
+    result = kubectl("get", *args, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@cache
+def cluster() -> LoadedCluster:
+    return load_cluster(CLUSTER)
+
+
+@cache
+def variables() -> dict[str, Any]:
+    return k8s_vars.group_vars(cluster().resolved)
+
+
+def test_cluster_policy_is_ready() -> None:
+    policy = get("clusterpolicies.nvidia.com", "cluster-policy")
+    k8s = cluster().model.kubernetes
+    assert k8s is not None
+    assert policy["status"]["state"] == "ready"
+    assert policy["spec"]["mig"]["strategy"] == k8s.mig_strategy
+    assert policy["spec"]["driver"]["enabled"] is (k8s.gpu_operator.driver == "operator")
+
+
+def test_gpu_nodes_advertise_the_capacity_the_model_expects() -> None:
+    """The device plugin's allocatable resources equal what gpuinfra computes for quotas and warnings."""
+    k8s = cluster().model.kubernetes
+    assert k8s is not None
+    layouts = mig_vars.layouts(cluster().resolved)
+    for host in cluster().resolved.with_role(k8s_vars.WORKER_ROLE):
+        allocatable = get("node", host.name)["status"]["allocatable"]
+        advertised = {k: int(v) for k, v in allocatable.items() if k.startswith("nvidia.com/")}
+        assert advertised == dict(k8s_vars.host_capacity(host, k8s, layouts)), host.name
+
+
+def test_gpu_nodes_carry_the_model_labels_taints_and_mig_config() -> None:
+    mig_labels = variables()["gpu_operator_mig_node_configs"]
+    for group in variables()["k8s_tenants_nodes"]:
+        for name in group["nodes"]:
+            node = get("node", name)
+            labels = node["metadata"].get("labels", {})
+            assert group["labels"].items() <= labels.items(), name
+            taints = [
+                {"key": t["key"], "value": t.get("value", ""), "effect": t["effect"]}
+                for t in node["spec"].get("taints", [])
+            ]
+            assert all(t in taints for t in group["taints"]), name
+            if name in mig_labels:
+                assert labels.get("nvidia.com/mig.config") == mig_labels[name]
+                assert labels.get("nvidia.com/mig.config.state") == "success", name
+
+
+def test_tenant_namespaces_have_their_quota_limits_and_access() -> None:
+    resources = variables()["k8s_tenants_gpu_resources"]
+    for name, tenant in variables()["k8s_tenants_tenants"].items():
+        namespace = tenant["namespace"]
+        hard = get("resourcequota", "gpuinfra-gpu-quota", "-n", namespace)["spec"]["hard"]
+        for resource in resources:
+            assert hard[f"requests.{resource}"] == str(tenant["gpu_quota"]), name
+        for subject in tenant["subjects"]:
+            who = {"User": "--as", "Group": "--as-group", "ServiceAccount": "--as"}[subject["kind"]]
+            user = subject["name"]
+            if subject["kind"] == "ServiceAccount":
+                user = f"system:serviceaccount:{subject.get('namespace', namespace)}:{user}"
+            extra = ["--as=gpuinfra-test"] if subject["kind"] == "Group" else []
+            verb = "list" if tenant["access"] == "view" else "create"
+            result = kubectl("auth", "can-i", verb, "pods", "-n", namespace, f"{who}={user}", *extra)
+            assert result.stdout.strip() == "yes", f"{name}: {subject}"
+
+
+def test_a_pod_above_the_gpu_quota_is_refused() -> None:
+    """Quota admission runs on a server-side dry run, so nothing is created."""
+    for name, tenant in variables()["k8s_tenants_tenants"].items():
+        too_many = tenant["gpu_quota"] + 1
+        limits = tenant["gpus_per_container"]
+        if limits and too_many > limits["max"]:
+            continue  # the LimitRange would refuse it first
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpuinfra-quota-probe", "namespace": tenant["namespace"]},
+            "spec": {
+                "containers": [
+                    {"name": "probe", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(too_many)}}}
+                ]
+            },
+        }
+        result = kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod))
+        assert result.returncode != 0 and "exceeded quota" in result.stderr, f"{name}: {result.stderr}"
