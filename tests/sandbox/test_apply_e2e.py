@@ -1,13 +1,17 @@
 """`gpuinfra apply` against the sandbox cluster: podman containers with systemd, reached over real SSH.
 
-The steps build on each other (fresh hosts -> check -> apply -> re-apply), so they run in file order in one module.
-The sandbox is brought up once and left running for the next session; `gpuinfra sandbox` manages its life.
+The steps build on each other (converge -> re-apply -> check), so they run in file order in one module. The
+sandbox is brought up once (`gpuinfra sandbox up` is idempotent) and left running, so the next run starts from a
+converged cluster; `gpuinfra sandbox down` removes it. `$GPUINFRA_NODE_IMAGE` picks the hosts' image for a sandbox
+that does not exist yet (the driver image saves the DKMS build on both GPU nodes).
+
+Every exit code of apply is reached here: 0 (nothing changed), 1 (failed: unreachable host), 2 (changes, with
+--detailed-exitcode), 3 (invalid input) and 4 (timeout). 130 (cancelled) is tested in tests/unit/test_apply_cli.py.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -20,13 +24,15 @@ from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
+# A file the driver role writes on every GPU node (the unattended-upgrades blacklist): cheap to take away and
+# for apply to put back.
+MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
 
 
 def _missing() -> str | None:
-    if importlib.util.find_spec("gpuinfra.sandbox") is None:
-        return "`gpuinfra sandbox up` (gpuinfra/sandbox.py) does not exist yet"
-    if shutil.which("podman") is None:
-        return "podman is not installed"
+    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (gpuinfra sandbox needs it)"
     if not (ROOT / "playbooks" / "site.yml").is_file():
         return "playbooks/site.yml does not exist yet"
     return None
@@ -49,32 +55,50 @@ def apply_json(cluster: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, doc
 
 
+def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """Run a command on a sandbox host over SSH, as the runs connect."""
+    from gpuinfra.sandbox import ssh
+
+    return ssh(SANDBOX_CLUSTER, host, list(command))
+
+
 @pytest.fixture(scope="module")
 def sandbox() -> Path:
     up = gpuinfra("sandbox", "up")
     assert up.returncode == 0, up.stderr
-    assert SANDBOX_CLUSTER.is_file()
     return SANDBOX_CLUSTER
 
 
-def test_check_on_fresh_hosts_reports_pending_changes(sandbox: Path) -> None:
-    code, doc = apply_json(sandbox, "--check", "--detailed-exitcode")
-    assert doc["failures"] == [], doc["failures"]
-    if code == 0:
-        pytest.skip("the sandbox was already converged by an earlier session; nothing is pending")
-    assert code == 2 and doc["status"] == "changed" and doc["check"] is True
-    assert doc["changes"], "a changed count without the tasks behind it"
-    assert {c["host"] for c in doc["changes"]} <= set(doc["hosts"])
+def test_the_sandbox_hosts_have_their_fake_gpus(sandbox: Path) -> None:
+    listing = on_host("gpu01", "ls", "/dev")
+    assert listing.returncode == 0, listing.stderr
+    assert {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"} <= set(listing.stdout.split())
+    assert "nvidia2" not in listing.stdout.split()
+    assert on_host("ctl01", "ls", "/dev/nvidia0").returncode != 0
 
 
 def test_apply_converges_then_reapply_changes_nothing(sandbox: Path) -> None:
     code, first = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert first["failures"] == [], first["failures"]
-    assert code in (0, 2)
+    assert code in (0, 2) and first["targets"] == ["ctl01", "gpu01", "gpu02"]
     code, second = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert second["failures"] == [], second["failures"]
-    assert code == 0 and second["status"] == "ok"
+    assert (code, second["status"], second["changes"]) == (0, "ok", [])
     assert {name: stats["changed"] for name, stats in second["hosts"].items()} == dict.fromkeys(second["hosts"], 0)
+
+
+def test_check_reports_pending_changes_without_making_them(sandbox: Path) -> None:
+    assert on_host("gpu01", "rm", "-f", MANAGED_FILE).returncode == 0
+    code, doc = apply_json(sandbox, "--check", "--diff", "--detailed-exitcode")
+    assert doc["failures"] == [], doc["failures"]
+    assert (code, doc["status"], doc["check"]) == (2, "changed", True)
+    assert {change["host"] for change in doc["changes"]} == {"gpu01"}
+    assert any(MANAGED_FILE in change["diff"] for change in doc["changes"]), doc["changes"]
+    assert on_host("gpu01", "test", "-e", MANAGED_FILE).returncode == 1, "--check wrote the file"
+    # Without --detailed-exitcode, a run that changes something exits 0.
+    code, doc = apply_json(sandbox, "--yes", "--limit", "gpu01")
+    assert (code, doc["status"], doc["targets"]) == (0, "changed", ["gpu01"])
+    assert on_host("gpu01", "test", "-e", MANAGED_FILE).returncode == 0
 
 
 def test_check_after_apply_reports_nothing_pending(sandbox: Path) -> None:
@@ -105,17 +129,15 @@ def test_unreachable_host_fails_with_its_name(sandbox: Path, tmp_path: Path) -> 
 
 
 def _with_ghost_host(sandbox: Path, tmp_path: Path, name: str) -> Path:
-    """The sandbox cluster plus one host whose name does not resolve, written beside a copy of its key paths."""
+    """The sandbox cluster plus one host whose name does not resolve, written elsewhere with absolute key paths."""
     yaml = YAML()
     data = yaml.load(sandbox.read_text())
     connection = data.setdefault("connection", {})
     for key in ("ssh_key", "known_hosts_file"):
         if connection.get(key) and not Path(connection[key]).expanduser().is_absolute():
-            connection[key] = str(sandbox.parent / connection[key])
+            connection[key] = str((sandbox.parent / connection[key]).resolve())
     groups = data["node_groups"]
-    worker_roles = {"slurm_compute", "k8s_gpu_worker"}
-    source = next((g for g in groups.values() if worker_roles & set(g["roles"])), next(iter(groups.values())))
-    ghost = copy.deepcopy(dict(source))
+    ghost = copy.deepcopy(dict(groups["gpu"]))
     ghost["hosts"] = name
     ghost["addresses"] = {name: f"{name}.invalid"}
     groups["ghosts"] = ghost
