@@ -23,8 +23,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/dcgm-exporter/gpuinfra-counters.csv", "dcgm_exporter", "counters.csv.j2", "gpu_nodes"),
 )
 
-# Where the controller keeps generated secrets: outside the repository, one folder per cluster.
-SECRETS_DIR = "{{ lookup('ansible.builtin.env', 'HOME') }}/.local/share/gpuinfra/secrets/"
+# Where the controller keeps generated secrets: outside the repository, one folder per cluster, shared with the
+# munge key and the database password (gpuinfra_secrets_dir overrides it, as for those roles).
+SECRETS_DIR = "{{{{ gpuinfra_secrets_dir | default(lookup('ansible.builtin.env', 'HOME') ~ '/.local/share/gpuinfra/{name}') }}}}"
 BASIC_AUTH_USER = "prometheus"
 BASIC_AUTH_HASH = "{{ lookup('ansible.builtin.file', prometheus_secrets_dir ~ '/monitoring-web-password.bcrypt') }}"
 
@@ -74,7 +75,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     alerts = mon.alerts
     listen_host = "0.0.0.0" if mon.listen == "any" else ""
     auth_users = {BASIC_AUTH_USER: BASIC_AUTH_HASH} if mon.basic_auth else {}
-    secrets_dir = SECRETS_DIR + rc.model.name
+    secrets_dir = SECRETS_DIR.format(name=rc.model.name)
     ca_file = (mon.tls.ca_file or "") if mon.tls else ""
     components = set(mon.components)
     return {
