@@ -54,6 +54,10 @@ nvidia-vulkan-common nvidia-vulkan-icd xserver-xorg-video-nvidia
 """.split()  # noqa: SIM905 (a word list reads better as text)
 
 
+# Variables that read what a run found on the host (package facts, registered results).
+NEED_HOST_STATE = {"__nvidia_driver_held_packages", "__nvidia_driver_cache_valid_time"}
+
+
 def _yaml(path: Path) -> dict[str, Any]:
     return YAML(typ="safe").load(path.read_text()) or {}
 
@@ -82,9 +86,7 @@ def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **ov
     variables = {**_trusted(layers), "ansible_facts": all_facts, "inventory_hostname": "gpu01"}
     templar = Templar(loader=DataLoader(), variables=variables)
     return {
-        k: templar.template(v)
-        for k, v in variables.items()
-        if k.startswith(f"__{role}_") and k != f"__{role}_held_packages"
+        k: templar.template(v) for k, v in variables.items() if k.startswith(f"__{role}_") and k not in NEED_HOST_STATE
     }
 
 
@@ -140,6 +142,9 @@ def test_debian_packages_are_the_headless_compute_set() -> None:
     assert v["__nvidia_driver_unversioned_packages"] == ["nvidia-persistenced"]
     assert {"nvidia-persistenced", "nvidia-modprobe"} <= set(v["__nvidia_driver_companion_packages"])
     assert v["__nvidia_driver_headers_prefix"] == "linux-headers-"
+    release = re.match(v["__nvidia_driver_initramfs_release_regex"], "initrd.img-6.12.57+deb12-rt-amd64")
+    assert release is not None and release.group(1) == "6.12.57+deb12-rt-amd64"
+    assert v["__nvidia_driver_initramfs_command"] == ["update-initramfs", "-u", "-k"]
     assert v["__nvidia_driver_base_packages"] == ["dkms"]
     assert v["__nvidia_driver_debian_components"] == ["contrib", "non-free", "non-free-firmware"]
     assert "distribution" not in v["__nvidia_driver_fabric_manager_sources"], "Debian's archive has no fabric manager"
@@ -211,7 +216,10 @@ def test_rhel_package_list() -> None:
         "nvidia-fabric-manager",
         "libnvidia-nscq",
     ]
-    assert v["__nvidia_driver_initramfs_command"] == ["dracut", "--force", "--regenerate-all"]
+    assert v["__nvidia_driver_initramfs_command"] == ["dracut", "--force", "--kver"]
+    release = re.match(v["__nvidia_driver_initramfs_release_regex"], "initramfs-5.14.0-427.13.1.el9_4.x86_64.img")
+    assert release is not None and release.group(1) == "5.14.0-427.13.1.el9_4.x86_64"
+    assert fnmatch.fnmatch("initramfs-5.14.0-427.13.1.el9_4.x86_64.img", v["__nvidia_driver_initramfs_pattern"])
 
 
 @pytest.mark.parametrize("role", ["nvidia_driver", "nvidia_container_toolkit"])
