@@ -8,7 +8,7 @@ outcome per host is the whole answer: nothing is parsed from Ansible's output.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ _UNHEALTHY = re.compile(r"^GPU node unhealthy \([0-9]+ problems?\): ")
 # Problems are joined with "; " and each starts with its GPU ("GPU 3 (0000...):") or "node:".
 _NEXT_PROBLEM = re.compile(r"; (?=GPU [0-9]+ \(|node: )")
 
-Status = Literal["healthy", "unhealthy", "unreachable", "error", "not run"]
+Status = Literal["healthy", "unhealthy", "unreachable", "error", "not run", "emulated"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ def problems_of(message: str) -> list[str] | None:
     return [p.strip() for p in _NEXT_PROBLEM.split(first_line[match.end() :]) if p.strip()]
 
 
-def verdicts(result: RunResult, nodes: Sequence[str]) -> list[NodeHealth]:
-    """One verdict per node, in the order given."""
+def verdicts(result: RunResult, nodes: Sequence[str], emulated: Collection[str] = ()) -> list[NodeHealth]:
+    """One verdict per node, in the order given. Nodes with emulated GPUs are reachable but never judged."""
     failures = {f.host: f for f in result.failures}
     out = []
     for node in nodes:
@@ -65,6 +65,8 @@ def verdicts(result: RunResult, nodes: Sequence[str]) -> list[NodeHealth]:
                 out.append(NodeHealth(node, "error", [f"{failure.task}: {' '.join(failure.message.split())}"]))
             else:
                 out.append(NodeHealth(node, "unhealthy", problems))
+        elif stats is not None and stats.ok > 0 and node in emulated:
+            out.append(NodeHealth(node, "emulated", ["GPU device nodes without hardware (gpu.emulated): not checked"]))
         elif stats is not None and stats.ok > 0 and not stats.failed:
             out.append(NodeHealth(node, "healthy"))
         else:

@@ -1,0 +1,106 @@
+"""`gpuinfra health`: the sweep's verdict per node from a real run of playbooks/health.yml on this machine.
+
+nvidia-smi is a script that prints a recorded fixture (tests/unit/data/nvidia-smi), so the module and its parser are
+the real ones; the checks that read this machine's kernel, module and DKMS state are switched off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.cli.health import _print_table
+from gpuinfra.run import RunOptions, run_playbook
+from gpuinfra.upgrade.sweep import HEALTH_PLAYBOOK, NodeHealth, problems_of, verdicts
+
+DATA = Path(__file__).parent / "data" / "nvidia-smi"
+
+
+@pytest.fixture
+def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def smi(tmp_path: Path, fixture: str) -> str:
+    tool = tmp_path / f"smi-{fixture}"
+    tool.write_text(f"#!/bin/sh\ncat {DATA / fixture}\n")
+    tool.chmod(0o755)
+    return str(tool)
+
+
+def test_sweep_gives_one_verdict_per_node(tmp_path: Path, run_root: Path) -> None:
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    gpu_nodes = {
+        "gpu01": {**local, "gpuinfra_gpu_count": 8, "gpu_health_nvidia_smi": smi(tmp_path, "h100-hgx-8x-healthy.xml")},
+        "gpu02": {
+            **local,
+            "gpuinfra_gpu_count": 8,
+            "gpu_health_nvidia_smi": smi(tmp_path, "h100-hgx-8x-unhealthy.xml"),
+        },
+        # Nothing listens on port 1: the SSH connection is refused at once.
+        "gpu03": {"ansible_host": "127.0.0.1", "ansible_port": 1, "ansible_connection": "ssh"},
+    }
+    inventory = {
+        "all": {
+            "vars": {
+                "gpu_health_check_kernel_module": False,
+                "gpu_health_check_dkms": False,
+                "gpu_health_check_xid": False,
+            },
+            "children": {"gpu_nodes": {"hosts": gpu_nodes}},
+        }
+    }
+    nodes = list(gpu_nodes)
+    result = run_playbook(inventory, RunOptions(playbook=HEALTH_PLAYBOOK), hosts=nodes)
+    found = {h.node: h for h in verdicts(result, nodes)}
+    assert found["gpu01"] == NodeHealth("gpu01", "healthy")
+    assert found["gpu02"].status == "unhealthy"
+    assert len(found["gpu02"].problems) > 1
+    assert all(p.startswith(("GPU ", "node: ")) for p in found["gpu02"].problems), found["gpu02"].problems
+    assert found["gpu03"].status == "unreachable"
+    assert found["gpu02"].drain_reason.startswith("gpuinfra health: GPU ")
+    assert found["gpu02"].drain_reason.endswith(f"(+{len(found['gpu02'].problems) - 1} more)")
+
+
+def test_problems_split_on_their_prefixes_only() -> None:
+    message = (
+        "GPU node unhealthy (3 problems): GPU 3 (00000000:5D:00.0): temperature 92 C is above the 85 C limit; "
+        "GPU 3 (00000000:5D:00.0): row remapping is pending: reset the GPU (or reboot) to apply it; "
+        "node: nvidia-smi failed; check the driver"
+    )
+    assert problems_of(message) == [
+        "GPU 3 (00000000:5D:00.0): temperature 92 C is above the 85 C limit",
+        "GPU 3 (00000000:5D:00.0): row remapping is pending: reset the GPU (or reboot) to apply it",
+        "node: nvidia-smi failed; check the driver",
+    ]
+    assert problems_of("non-zero return code") is None
+
+
+def test_table_lists_every_problem_under_its_node() -> None:
+    out = io.StringIO()
+    _print_table(
+        out,
+        [NodeHealth("gpu01", "healthy"), NodeHealth("gpu02", "unhealthy", ["GPU 0 (x): hot", "node: XID 79"])],
+    )
+    assert out.getvalue().splitlines() == [
+        "NODE   STATUS       PROBLEMS",
+        "gpu01  healthy      -",
+        "gpu02  unhealthy    GPU 0 (x): hot",
+        "                    node: XID 79",
+    ]
+
+
+def test_health_verb_is_registered() -> None:
+    from gpuinfra.cli import build_parser
+
+    args = build_parser().parse_args(["health", "cluster.yml", "--json", "--drain-unhealthy", "-e", "a=1"])
+    assert isinstance(args, argparse.Namespace)
+    assert (args.verb, args.json, args.drain_unhealthy, args.extra_vars) == ("health", True, True, ["a=1"])
