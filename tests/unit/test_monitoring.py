@@ -1,0 +1,390 @@
+"""Monitoring: role variables, the files `gpuinfra plan` renders (golden), the real validators (promtool, amtool),
+the Slurm state collector, and the dashboards' queries against the metrics that exist.
+
+Regenerate the golden files with `GPUINFRA_UPDATE_GOLDEN=1 pytest tests/unit/test_monitoring.py` and review the diff.
+Tests that need promtool or amtool skip when the binary is missing (`.ci/apt-packages` installs them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from gpuinfra.load import LoadedCluster, load_cluster
+from gpuinfra.render.plan import Rendered, render
+from gpuinfra.render.vars import monitoring
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "unit" / "golden" / "monitoring"
+DATA = ROOT / "tests" / "unit" / "data" / "promtool"
+DASHBOARDS = ROOT / "roles" / "grafana" / "files" / "dashboards"
+COUNTERS = ROOT / "roles" / "dcgm_exporter" / "templates" / "counters.csv.j2"
+COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra-slurm-node-state"
+
+PROMTOOL = shutil.which("promtool")
+AMTOOL = shutil.which("amtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)")
+needs_amtool = pytest.mark.skipif(AMTOOL is None, reason="amtool is missing (Debian package prometheus-alertmanager)")
+
+# A Slurm cluster with two GPU counts, every receiver type and TLS, basic auth and a non-default threshold.
+FULL = """\
+name: mon-full
+driver: {version: "535.261.03"}
+node_groups:
+  ctl: {hosts: ctl01, roles: [slurm_controller, slurm_dbd, monitoring], addresses: {ctl01: 10.0.0.1}}
+  h100: {hosts: "h100-[01-02]", roles: [slurm_compute], gpu: {model: H100-SXM5-80GB, count: 8}}
+  l40s: {hosts: l40s-01, roles: [slurm_compute], gpu: {model: L40S, count: 4}}
+slurm:
+  partitions: {gpu: {node_groups: [h100, l40s], default: true}}
+monitoring:
+  alerts: {gpu_temp_c: 80}
+  receivers:
+    oncall: {type: webhook, url: "https://alerts.example.org/hook"}
+    mail: {type: email, to: hpc-admins@example.org, sender: alertmanager@example.org, smarthost: "smtp.example.org:587"}
+    chat: {type: slack, channel: "#gpu", api_url_file: /etc/prometheus/slack-url}
+  routes: {critical: [oncall, mail, chat], warning: [mail], info: [chat]}
+  tls: {cert_file: /etc/ssl/gpuinfra/host.crt, key_file: /etc/ssl/gpuinfra/host.key, ca_file: /etc/ssl/gpuinfra/ca.crt}
+  basic_auth: true
+"""
+
+
+@cache
+def _load(name: str) -> LoadedCluster:
+    if name == "mon-full":
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpuinfra-test-{os.getpid()}-mon-full.yml"
+        path.write_text(FULL)
+        return load_cluster(path)
+    return load_cluster(ROOT / "inventories" / name / "cluster.yml")
+
+
+@cache
+def rendered(name: str) -> dict[str, Rendered]:
+    return {r.artifact.path: r for r in render(_load(name).resolved, only=list(monitoring.ARTIFACTS))}
+
+
+def check_golden(path: Path, text: str) -> None:
+    if os.environ.get("GPUINFRA_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; regenerate with GPUINFRA_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def yaml_load(text: str) -> Any:
+    return YAML(typ="safe").load(text)
+
+
+def run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, check=False)
+
+
+# --- role variables and plan artifacts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["slurm-small", "k8s-mig", "mon-full"])
+@pytest.mark.parametrize("artifact", monitoring.ARTIFACTS, ids=lambda a: Path(a.path).name)
+def test_artifact_matches_golden(name: str, artifact: Any) -> None:
+    check_golden(GOLDEN / name / artifact.path, rendered(name)[artifact.path].content)
+
+
+def test_variables_say_what_the_model_says() -> None:
+    """Spot checks, so that a regenerated golden file cannot silently bless a wrong mapping."""
+    full = monitoring.group_vars(_load("mon-full").resolved)
+    assert full["prometheus_alert_gpu_temp_c"] == 80
+    assert full["prometheus_alert_slurm"] is True
+    assert full["prometheus_alert_idle_allocated_labels"] == ["hpc_job"]
+    assert full["dcgm_exporter_hpc_job_mapping_dir"] == "/var/lib/dcgm-exporter/job-mapping"
+    assert full["node_exporter_slurm_state"] == "{{ 'slurm_controller' in group_names }}"
+    assert full["node_exporter_listen_host"] == ""  # the cluster address, never 0.0.0.0 unless asked
+    assert set(full["node_exporter_basic_auth_users"]) == {"prometheus"}
+    assert full["prometheus_client_tls_ca_file"] == "/etc/ssl/gpuinfra/ca.crt"
+    assert full["alertmanager_routes"] == {
+        "critical": ["oncall", "mail", "chat"],
+        "warning": ["mail"],
+        "info": ["chat"],
+    }
+
+    k8s = monitoring.group_vars(_load("k8s-mig").resolved)
+    assert k8s["prometheus_alert_idle_allocated_labels"] == ["pod"]
+    assert k8s["dcgm_exporter_hpc_job_mapping_dir"] == ""
+    assert k8s["node_exporter_slurm_state"] is False
+    assert k8s["node_exporter_basic_auth_users"] == {} and k8s["prometheus_basic_auth"] is False
+
+
+def test_scrape_targets_come_from_the_inventory() -> None:
+    config = yaml_load(rendered("mon-full")["monitoring/prometheus/prometheus.yml"].content)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"prometheus", "alertmanager", "node", "dcgm_exporter"}
+    node_targets = {c["labels"]["instance"]: c["targets"] for c in jobs["node"]["static_configs"]}
+    assert node_targets == {
+        "ctl01": ["10.0.0.1:9100"],
+        "h100-01": ["h100-01:9100"],
+        "h100-02": ["h100-02:9100"],
+        "l40s-01": ["l40s-01:9100"],
+    }
+    dcgm = {c["labels"]["instance"]: c["labels"]["gpus_expected"] for c in jobs["dcgm_exporter"]["static_configs"]}
+    assert dcgm == {"h100-01": "8", "h100-02": "8", "l40s-01": "4"}
+    for job in jobs.values():
+        assert job["scheme"] == "https"
+        assert job["tls_config"] == {"ca_file": "/etc/ssl/gpuinfra/ca.crt"}
+        assert job["basic_auth"] == {"username": "prometheus", "password_file": "/etc/prometheus/gpuinfra-web-password"}
+
+
+def test_kubernetes_gpu_nodes_are_left_to_the_operator() -> None:
+    config = yaml_load(rendered("k8s-mig")["monitoring/prometheus/prometheus.yml"].content)
+    assert "dcgm_exporter" not in {job["job_name"] for job in config["scrape_configs"]}
+
+
+def test_alertmanager_routes_each_severity_to_its_receivers() -> None:
+    config = yaml_load(rendered("mon-full")["monitoring/alertmanager/alertmanager.yml"].content)
+    routes = [(r["matchers"], r["receiver"], r["continue"]) for r in config["route"]["routes"]]
+    assert routes == [
+        (['severity="critical"'], "oncall", True),
+        (['severity="critical"'], "mail", True),
+        (['severity="critical"'], "chat", True),
+        (['severity="warning"'], "mail", True),
+        (['severity="info"'], "chat", True),
+    ]
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert receivers["oncall"]["webhook_configs"][0]["url"] == "https://alerts.example.org/hook"
+    assert receivers["mail"]["email_configs"][0]["smarthost"] == "smtp.example.org:587"
+    assert receivers["chat"]["slack_configs"][0]["api_url_file"] == "/etc/prometheus/slack-url"
+
+
+# --- the real validators ------------------------------------------------------------------------------------------
+
+
+@needs_promtool
+@pytest.mark.parametrize("name", ["slurm-small", "k8s-mig", "mon-full"])
+def test_promtool_accepts_the_rules_and_the_config(name: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules" / "gpuinfra.yml"
+    rules.parent.mkdir()
+    rules.write_text(rendered(name)["monitoring/prometheus/rules/gpuinfra.yml"].content)
+    checked = run([str(PROMTOOL), "check", "rules", str(rules)])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    # The full check reads the rule files and the credential files the configuration names: point it at copies.
+    config = rendered(name)["monitoring/prometheus/prometheus.yml"].content
+    config = config.replace("/etc/prometheus/rules/", f"{rules.parent}/")
+    (tmp_path / "password").write_text("x\n")
+    (tmp_path / "ca.crt").write_text("")
+    config = config.replace("/etc/prometheus/gpuinfra-web-password", str(tmp_path / "password"))
+    config = config.replace("/etc/ssl/gpuinfra/ca.crt", str(tmp_path / "ca.crt"))
+    (tmp_path / "prometheus.yml").write_text(config)
+    checked = run([str(PROMTOOL), "check", "config", str(tmp_path / "prometheus.yml")])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout + checked.stderr
+
+
+@needs_amtool
+@pytest.mark.parametrize("name", ["slurm-small", "k8s-mig", "mon-full"])
+def test_amtool_accepts_the_alertmanager_config(name: str, tmp_path: Path) -> None:
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(rendered(name)["monitoring/alertmanager/alertmanager.yml"].content)
+    checked = run([str(AMTOOL), "check-config", str(path)])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is missing to make a test certificate")
+def test_promtool_accepts_the_web_config_shape(tmp_path: Path) -> None:
+    """The roles' web-config templates, filled as TLS plus basic auth renders them, pass Prometheus's own check
+    (which loads the certificate and key)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    made = run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=gpu01",
+            "-days",
+            "1",
+            "-keyout",
+            str(tmp_path / "host.key"),
+            "-out",
+            str(tmp_path / "host.crt"),
+        ]
+    )
+    assert made.returncode == 0, made.stderr
+    for role in ("node_exporter", "alertmanager", "dcgm_exporter"):
+        source = (ROOT / "roles" / role / "templates" / "web-config.yml.j2").read_text()
+        variables = {
+            "ansible_managed": "test",
+            f"{role}_tls_cert_file": str(tmp_path / "host.crt"),
+            f"{role}_tls_key_file": str(tmp_path / "host.key"),
+            f"{role}_basic_auth_users": {"prometheus": "$2b$10$" + "a" * 53},
+        }
+        text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
+        (tmp_path / f"{role}.yml").write_text(str(text))
+        checked = run([str(PROMTOOL), "check", "web-config", str(tmp_path / f"{role}.yml")])
+        assert checked.returncode == 0, role + checked.stdout + checked.stderr
+
+
+# --- the Slurm state collector --------------------------------------------------------------------------------------
+
+
+@cache
+def collector() -> ModuleType:
+    """The collector script, which has no .py suffix, loaded as a module."""
+    loader = SourceFileLoader("gpuinfra_slurm_node_state", str(COLLECTOR))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+SINFO = """\
+gpu01|idle|none
+gpu02|drained|GPU 3 XID 79
+gpu02|drained|GPU 3 XID 79
+gpu03|down*|Not responding
+gpu04|mixed+drain|maintenance "rack 4"
+gpu05|allocated|none
+gpu06|idle*|none
+gpu07|draining|admin
+"""
+
+
+def test_collector_reads_sinfo_states() -> None:
+    nodes = collector().parse(SINFO)
+    assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 8)]  # gpu02 listed in two partitions counts once
+    assert {n for n, v in nodes.items() if v["drained"]} == {"gpu02", "gpu04", "gpu07"}
+    assert {n for n, v in nodes.items() if v["down"]} == {"gpu03", "gpu06"}
+    assert nodes["gpu04"]["state"] == "mixed" and nodes["gpu04"]["reason"] == 'maintenance "rack 4"'
+    assert nodes["gpu01"]["reason"] == ""
+
+
+@needs_promtool
+@pytest.mark.parametrize("nodes", ["ok", "failed"])
+def test_collector_output_passes_promtool(nodes: str) -> None:
+    module = collector()
+    text = module.render(module.parse(SINFO) if nodes == "ok" else None)
+    checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert ("gpuinfra_slurm_sinfo_success 1" if nodes == "ok" else "gpuinfra_slurm_sinfo_success 0") in text
+
+
+def test_collector_writes_the_failure_when_sinfo_fails(tmp_path: Path) -> None:
+    out = tmp_path / "gpuinfra_slurm.prom"
+    assert collector().main(["--sinfo", str(tmp_path / "no-such-sinfo"), "--output", str(out)]) == 1
+    assert "gpuinfra_slurm_sinfo_success 0" in out.read_text()
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
+
+
+# --- dashboards and the metrics they name ---------------------------------------------------------------------------
+
+KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads (functions, keywords, labels and template variables left out)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    text = re.sub(r"(?<![A-Za-z_:])[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?", "0", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        if text[match.end() :].lstrip().startswith("(") or match.group(0) in KEYWORDS:
+            continue
+        names.add(match.group(0))
+    return names
+
+
+def test_metric_names_of_an_expression() -> None:
+    expr = 'sum by (hpc_job) (increase(DCGM_FI_DEV_X{a="b(c)", d=~"$job"}[$__range])) / 3.6e9 or on (i) up == bool 1'
+    assert metric_names(expr) == {"DCGM_FI_DEV_X", "up"}
+
+
+@cache
+def known_metrics() -> frozenset[str]:
+    """Every metric that exists where the dashboards and rules run."""
+    node = {line for line in (DATA / "node_exporter_metrics.txt").read_text().splitlines() if not line.startswith("#")}
+    dcgm = {line.split(",")[0].strip() for line in COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_")}
+    slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", collector().render(collector().parse(SINFO)), re.M))
+    rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
+    recorded = {rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule}
+    # Series Prometheus itself makes: the scrape health and the alerts' state.
+    builtin = {"up", "ALERTS", "ALERTS_FOR_STATE"}
+    return frozenset(node | dcgm | slurm | recorded | builtin)
+
+
+def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    for var in dashboard["templating"]["list"]:
+        match = re.fullmatch(r"label_values\((.+), *[A-Za-z_]+\)", var["definition"])
+        assert match, f"{var['name']}: not a label_values() query"
+        queries.append(match.group(1))
+    return queries
+
+
+@pytest.mark.parametrize("path", sorted(DASHBOARDS.glob("*.json")), ids=lambda p: p.stem)
+def test_dashboard_is_well_formed_and_names_known_metrics(path: Path) -> None:
+    dashboard = json.loads(path.read_text())
+    assert dashboard["uid"].startswith("gpuinfra-") and dashboard["title"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and ids
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "gpuinfra-prometheus"}, panel["title"]
+        assert panel["targets"], panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs)), panel["title"]
+    for expr in dashboard_queries(dashboard):
+        unknown = metric_names(expr) - known_metrics()
+        assert not unknown, f"{path.name}: {expr!r} names metrics nothing exports: {sorted(unknown)}"
+
+
+def test_dashboards_cover_the_three_boards() -> None:
+    titles = {json.loads(p.read_text())["uid"] for p in DASHBOARDS.glob("*.json")}
+    assert titles == {"gpuinfra-gpu-overview", "gpuinfra-gpu-usage", "gpuinfra-node-health"}
+    grafana_tasks = (ROOT / "roles" / "grafana" / "vars" / "main.yml").read_text()
+    assert all(p.name in grafana_tasks for p in DASHBOARDS.glob("*.json")), "a dashboard the role does not install"
+
+
+def test_datasource_uid_matches_the_dashboards() -> None:
+    assert "uid: gpuinfra-prometheus" in (ROOT / "roles/grafana/templates/datasource.yml.j2").read_text()
+
+
+def test_rules_name_only_known_metrics() -> None:
+    rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            unknown = metric_names(rule["expr"]) - known_metrics()
+            assert not unknown, f"{rule.get('alert') or rule.get('record')}: {sorted(unknown)}"
+
+
+def test_counters_cover_what_the_issue_asks_for() -> None:
+    dcgm = {name for name in known_metrics() if name.startswith("DCGM_FI_")}
+    for field in (
+        "DCGM_FI_DEV_XID_ERRORS",  # XID
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",  # ECC
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",  # throttling
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "DCGM_FI_DEV_POWER_USAGE",  # power
+        "DCGM_FI_DEV_GPU_TEMP",  # temperature
+        "DCGM_FI_DEV_FB_USED",  # memory
+        "DCGM_FI_DEV_GPU_UTIL",  # utilisation
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    ):
+        assert field in dcgm
