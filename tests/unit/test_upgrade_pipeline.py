@@ -233,3 +233,19 @@ def test_durations() -> None:
     assert duration_seconds("1h30m") == 5400
     with pytest.raises(ValueError):
         duration_seconds("4 hours")
+
+
+def test_the_playbooks_name_the_give_up_task_the_controller_looks_for() -> None:
+    from ruamel.yaml import YAML
+
+    from gpuinfra.upgrade.ansible import GIVE_UP_TASK
+
+    root = Path(__file__).resolve().parents[2] / "playbooks"
+    tasks = YAML(typ="safe").load((root / "tasks" / "upgrade-failed.yml").read_text())
+    assert GIVE_UP_TASK in [task["name"] for task in tasks]
+    for playbook in ("upgrade_driver.yml", "kernel_update.yml"):
+        [play] = YAML(typ="safe").load((root / playbook).read_text())
+        [pipeline] = play["tasks"]
+        tags = {tag for task in pipeline["block"] for tag in task.get("tags", [])}
+        assert {p.name for p in PHASES} <= tags, playbook
+        assert pipeline["rescue"][0]["tags"] == ["always"]
