@@ -22,6 +22,7 @@ from gpuinfra.resolve import resolve
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "unit" / "golden" / "slurm"
 SCENARIO = ROOT / "molecule" / "slurm" / "vars"
+MODEL = ROOT / "molecule" / "slurm" / "model" / "cluster.yml"
 SMALL = ROOT / "inventories" / "slurm-small" / "cluster.yml"
 UPDATE = os.environ.get("GPUINFRA_UPDATE_GOLDEN") == "1"
 
@@ -165,12 +166,12 @@ def _scenario_vars(name: str) -> dict[str, Any]:
 
 
 def test_scenario_two_node_vars_are_what_the_model_renders() -> None:
-    rendered_vars = slurm.group_vars(load_cluster(SCENARIO / "cluster.yml").resolved)
+    rendered_vars = slurm.group_vars(load_cluster(MODEL).resolved)
     assert _scenario_vars("two_nodes.yml") == rendered_vars
 
 
 def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
-    model = load_cluster(SCENARIO / "cluster.yml").model
+    model = load_cluster(MODEL).model
     groups = dict(model.node_groups)
     groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "slurm-gpu01"})
     rendered_vars = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
