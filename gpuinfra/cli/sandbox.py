@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     _print_hosts(result)
     if args.action == "up":
         verdict = "ready" if result.changed else "already up, nothing changed"
-        print(f"sandbox {result.cluster}: {verdict}; next: gpuinfra apply {args.file}")
+        print(f"{result.cluster}: {verdict}; next: gpuinfra apply {args.file}")
     elif args.action == "down":
-        print(f"sandbox {result.cluster}: " + ("removed" if result.changed else "nothing to remove"))
+        print(f"{result.cluster}: " + ("removed" if result.changed else "nothing to remove"))
     return exitcodes.OK
 
 
