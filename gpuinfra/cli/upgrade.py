@@ -258,7 +258,7 @@ def _verdict(report: Report) -> str:
     failed, skipped = report.nodes_in(State.FAILED), report.nodes_in(State.SKIPPED)
     text = f"{done} of {len(report.states) + len(report.not_started)} node(s) upgraded and resumed"
     if failed:
-        text += f"; failed, left drained: {hostlist.collect_hostlist(failed)}"
+        text += f"; failed: {hostlist.collect_hostlist(failed)}"
     if skipped:
         text += f"; skipped: {hostlist.collect_hostlist(skipped)}"
     if report.not_started:
