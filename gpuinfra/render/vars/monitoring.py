@@ -25,10 +25,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
 
 # Where the controller keeps generated secrets: outside the repository, one folder per cluster, shared with the
 # munge key and the database password (gpuinfra_secrets_dir overrides it, as for those roles).
-SECRETS_DIR = (
-    "{{{{ gpuinfra_secrets_dir"
-    " | default(lookup('ansible.builtin.env', 'HOME') ~ '/.local/share/gpuinfra/{name}') }}}}"
-)
+_HOME_SECRETS = "lookup('ansible.builtin.env', 'HOME') ~ '/.local/share/gpuinfra/{name}'"
+SECRETS_DIR = "{{{{ gpuinfra_secrets_dir | default(" + _HOME_SECRETS + ") }}}}"
 BASIC_AUTH_USER = "prometheus"
 BASIC_AUTH_HASH = "{{ lookup('ansible.builtin.file', prometheus_secrets_dir ~ '/monitoring-web-password.bcrypt') }}"
 
