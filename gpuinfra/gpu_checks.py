@@ -31,31 +31,42 @@ def check(rc: ResolvedCluster, report: Report, base_dir: Path) -> None:
             continue
         spec = catalog.lookup(group.gpu.model)
         if spec is None:
-            report.error((*loc, "gpu", "model"),
-                         f"{group.gpu.model!r} is not in the GPU catalog; {suggest(group.gpu.model, catalog.names())}")
+            report.error(
+                (*loc, "gpu", "model"),
+                f"{group.gpu.model!r} is not in the GPU catalog; {suggest(group.gpu.model, catalog.names())}",
+            )
             continue
         driver = model.driver
         if driver is not None:
             if driver.major < spec.min_driver_branch:
-                report.error(("driver", "version" if driver.version else "branch"),
-                             f"driver branch {driver.major} is older than {spec.name} supports "
-                             f"(node group {name!r} needs R{spec.min_driver_branch} or newer)")
+                report.error(
+                    ("driver", "version" if driver.version else "branch"),
+                    f"driver branch {driver.major} is older than {spec.name} supports "
+                    f"(node group {name!r} needs R{spec.min_driver_branch} or newer)",
+                )
             if spec.requires_open_modules and driver.kernel_modules != "open":
-                report.error(("driver", "kernel_modules"),
-                             f"{spec.name} (node group {name!r}) needs the open kernel modules: set "
-                             "kernel_modules: open")
+                report.error(
+                    ("driver", "kernel_modules"),
+                    f"{spec.name} (node group {name!r}) needs the open kernel modules: set kernel_modules: open",
+                )
             if driver.kernel_modules == "open" and not spec.supports_open_modules:
-                report.error(("driver", "kernel_modules"),
-                             f"{spec.name} (node group {name!r}) is older than Turing and needs the proprietary "
-                             "kernel modules: set kernel_modules: proprietary")
+                report.error(
+                    ("driver", "kernel_modules"),
+                    f"{spec.name} (node group {name!r}) is older than Turing and needs the proprietary "
+                    "kernel modules: set kernel_modules: proprietary",
+                )
             if group.gpu.nvswitch:
                 if driver.version is None:
-                    report.error(("driver", "branch"),
-                                 f"node group {name!r} has NVSwitch: the fabric manager must match the driver "
-                                 "exactly, so pin `version` instead of `branch`")
+                    report.error(
+                        ("driver", "branch"),
+                        f"node group {name!r} has NVSwitch: the fabric manager must match the driver "
+                        "exactly, so pin `version` instead of `branch`",
+                    )
                 elif driver.fabric_manager_version and driver.fabric_manager_version != driver.version:
-                    report.error(("driver", "fabric_manager_version"),
-                                 f"the fabric manager must be at exactly the driver version {driver.version}")
+                    report.error(
+                        ("driver", "fabric_manager_version"),
+                        f"the fabric manager must be at exactly the driver version {driver.version}",
+                    )
         for i, assignment in enumerate(group.mig):
             aloc = (*loc, "mig", i)
             if not spec.mig_profiles:
@@ -64,8 +75,11 @@ def check(rc: ResolvedCluster, report: Report, base_dir: Path) -> None:
             indices = expand_gpu_indices(assignment.gpus, group.gpu.count)
             beyond = [i for i in indices if i >= group.gpu.count]
             if beyond:
-                report.error((*aloc, "gpus"), f"GPU index {beyond[0]} does not exist: this group has "
-                             f"{group.gpu.count} GPUs (0-{group.gpu.count - 1})")
+                report.error(
+                    (*aloc, "gpus"),
+                    f"GPU index {beyond[0]} does not exist: this group has "
+                    f"{group.gpu.count} GPUs (0-{group.gpu.count - 1})",
+                )
             layout = layouts.get(assignment.layout)
             if layout is None:
                 hint = suggest(assignment.layout, list(layouts))
@@ -91,6 +105,7 @@ def _parted_layouts(path_text: str, base_dir: Path, report: Report) -> dict[str,
     source = read_yaml(path, display=str(path))
     configs, problems = mig.parse_parted(to_plain(source.data))
     for problem in problems:
-        report.found.append(source.diagnostic(problem.path, ".".join(map(str, problem.path)), problem.message,
-                                              problem.severity))
+        report.found.append(
+            source.diagnostic(problem.path, ".".join(map(str, problem.path)), problem.message, problem.severity)
+        )
     return mig.uniform_layouts(configs)
