@@ -140,10 +140,11 @@ class Rollout:
                 raise
         if self.cancel.is_set():
             raise Interrupted(f"cancelled; the journal {self.journal.path} records where every node is")
-        for node, entry in self.journal.last_states(self.target).items():
-            if node in self.nodes:
-                report.states[node] = entry.state
-                report.reasons[node] = entry.reason
+        final = self.journal.last_states(self.target)
+        for node in self.nodes:  # in the rollout's order, not the order workers happened to finish in
+            if node in final:
+                report.states[node] = final[node].state
+                report.reasons[node] = final[node].reason
         report.not_started = list(window.pending)
         report.stopped = bool(window.pending)
         if not window.pending and not window.failed:
