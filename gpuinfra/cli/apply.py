@@ -25,7 +25,7 @@ from ..progress import HostProgress, HostState, RunProgress, Update
 from ..render.plan import RenderError, render
 from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, print_diagnostics, print_json
+from .common import DEFAULT_CLUSTER, add_json, print_diagnostics, print_json
 
 _EXIT = {
     Outcome.OK: exitcodes.OK,
@@ -65,7 +65,7 @@ def register(subparsers: Any) -> None:
         help=f"exit {exitcodes.CHANGES_PENDING} when the run changed (or, with --check, would "
         f"change) anything, {exitcodes.OK} when nothing",
     )
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    add_json(parser)
     parser.set_defaults(func=run)
 
 

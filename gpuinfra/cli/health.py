@@ -11,8 +11,7 @@ from ..run import Outcome, RunError, RunOptions, cluster_inventory, run_playbook
 from ..upgrade.ansible import one_line
 from ..upgrade.sweep import DRAIN_PLAYBOOK, HEALTH_PLAYBOOK, NodeHealth, verdicts
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, load_or_report, print_json
-from .upgrade import parse_extra_vars
+from .common import DEFAULT_CLUSTER, add_extra_vars, add_json, load_or_report, parse_extra_vars, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -24,15 +23,8 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="drain unhealthy Slurm nodes, with the problem as the reason (jobs running there finish)",
     )
-    parser.add_argument(
-        "-e",
-        "--extra-vars",
-        action="append",
-        default=[],
-        metavar="VARS",
-        help="role variables for every run, as key=value, JSON or @file.yml (repeatable; never secrets)",
-    )
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    add_extra_vars(parser)
+    add_json(parser)
     parser.set_defaults(func=run)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -20,7 +19,6 @@ from types import FrameType
 from typing import Any, TextIO
 
 import hostlist
-from ruamel.yaml import YAML
 
 from ..load import LoadedCluster
 from ..run import RunError, cluster_inventory, target_hosts
@@ -29,7 +27,7 @@ from ..upgrade.journal import Journal, JournalBusy, State
 from ..upgrade.pipeline import Interrupted, Report, Rollout, duration_seconds
 from ..upgrade.window import resolve_max_unavailable
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, load_or_report, print_json
+from .common import DEFAULT_CLUSTER, add_extra_vars, add_json, load_or_report, parse_extra_vars, print_json
 
 # Room on top of the drain timeout for one drain phase run (Ansible start-up, the drain itself).
 _DRAIN_SLACK_S = 600
@@ -48,41 +46,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-y", "--yes", action="store_true", help="start without asking for confirmation")
     parser.add_argument("--retry-failed", action="store_true", help="take failed nodes (still drained) through again")
     parser.add_argument("--journal", metavar="PATH", help="journal file (default: under $XDG_STATE_HOME/gpuinfra)")
-    parser.add_argument(
-        "-e",
-        "--extra-vars",
-        action="append",
-        default=[],
-        metavar="VARS",
-        help="role variables for every run, as key=value, JSON or @file.yml (repeatable; never secrets)",
-    )
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+    add_extra_vars(parser)
+    add_json(parser)
     parser.set_defaults(func=run)
 
 
 def default_journal(cluster: str) -> Path:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "gpuinfra" / cluster / "upgrade.jsonl"
-
-
-def parse_extra_vars(items: list[str]) -> dict[str, Any]:
-    """Ansible's -e forms: key=value pairs, a JSON or YAML mapping, or @file."""
-    out: dict[str, Any] = {}
-    for item in items:
-        text = Path(item[1:]).read_text() if item.startswith("@") else item
-        stripped = text.strip()
-        if item.startswith("@") or stripped.startswith("{"):
-            data = YAML(typ="safe").load(text) if item.startswith("@") else json.loads(stripped)
-            if not isinstance(data, dict):
-                raise ValueError(f"{item}: extra vars must be a mapping")
-            out.update(data)
-        else:
-            for pair in stripped.split():
-                key, sep, value = pair.partition("=")
-                if not sep:
-                    raise ValueError(f"{pair!r}: extra vars are key=value, JSON or @file")
-                out[key] = value
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpuinfra.cli import main
-from gpuinfra.cli.upgrade import parse_extra_vars
+from gpuinfra.cli.common import parse_extra_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
