@@ -1,0 +1,89 @@
+"""No-op re-apply of the whole stack on the 3-node sandbox, against the floor of reaching the same hosts.
+
+What users run many times a day: `gpuinfra apply` of a cluster that already matches its file. The sandbox is
+started and converged first when it is not (not timed). Then, in this one run:
+- the re-apply: validate, render and `playbooks/site.yml` through ansible-runner, exactly as `gpuinfra apply --yes`
+  runs it; it must change nothing;
+- the floor: one `ping` task per host through the same runner, inventory and SSH settings, which is the least any
+  run against these hosts costs.
+Prints both wall times, the changed count, and the ratios against the floor and against the 20 s target.
+
+    .venv/bin/python benchmarks/noop_reapply.py [--cluster inventories/sandbox/cluster.yml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpuinfra.load import load_cluster
+from gpuinfra.render.plan import render
+from gpuinfra.run import RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S = 20.0
+FLOOR_PLAYBOOK = """---
+- name: Reach every host once
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Reach the host
+      ansible.builtin.ping:
+"""
+
+
+def reapply(cluster: Path) -> tuple[float, RunResult]:
+    """What `gpuinfra apply --yes FILE` does, timed from loading the file to the end of the run."""
+    began = time.monotonic()
+    loaded = load_cluster(cluster)
+    render(loaded.resolved)  # apply renders the plan before it runs
+    inventory = cluster_inventory(loaded)
+    result = run_playbook(inventory, RunOptions(), hosts=target_hosts(inventory))
+    return time.monotonic() - began, result
+
+
+def floor(cluster: Path) -> float:
+    inventory = cluster_inventory(load_cluster(cluster))
+    with tempfile.TemporaryDirectory() as tmp:
+        playbook = Path(tmp) / "ping.yml"
+        playbook.write_text(FLOOR_PLAYBOOK)
+        began = time.monotonic()
+        result = run_playbook(inventory, RunOptions(playbook=playbook), hosts=target_hosts(inventory))
+        elapsed = time.monotonic() - began
+    if result.outcome.value != "ok":
+        raise SystemExit(f"the floor run did not succeed: {result.outcome.value} {result.errors}")
+    return elapsed
+
+
+def gpuinfra(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"gpuinfra {' '.join(args)} failed ({done.returncode})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", type=Path, default=ROOT / "inventories" / "sandbox" / "cluster.yml")
+    args = parser.parse_args()
+    # Not timed: bring the sandbox up and converge it (both are no-ops when already done).
+    gpuinfra("sandbox", "up", str(args.cluster))
+    gpuinfra("apply", "--yes", str(args.cluster))
+
+    reapply_s, result = reapply(args.cluster)
+    floor_s = floor(args.cluster)
+    changed = sum(stats.changed for stats in result.hosts.values())
+    tasks = sum(stats.ok + stats.skipped for stats in result.hosts.values())
+    print(f"hosts: {len(result.hosts)}; re-apply outcome: {result.outcome.value}; changed: {changed}")
+    print(f"  no-op re-apply (validate, plan, site.yml): {reapply_s:6.1f} s  ({tasks} task results)")
+    print(f"  floor (one ping per host, same runner):    {floor_s:6.1f} s")
+    print(f"  ratio to the floor: {reapply_s / floor_s:.1f}x")
+    print(f"  ratio to the {TARGET_S:.0f} s target: {reapply_s / TARGET_S:.2f}x")
+    return 0 if changed == 0 and result.outcome.value == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
