@@ -78,3 +78,6 @@ class ContainerToolkit(Model):
     cdi: bool = True
     """Generate a CDI spec (/etc/cdi/nvidia.yaml)."""
     source: PackageSource = NvidiaRepoSource(type="nvidia")
+    install: bool = True
+    """Install the toolkit's packages from `source`. false only configures the runtimes, for hosts whose image
+    already carries the toolkit, or that run no containers."""

@@ -170,6 +170,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_partitions": partitions(model, slurm),
         "slurm_common_gres": gres(model),
         "slurm_common_gres_autodetect": slurm.gres_autodetect,
+        "slurm_common_cgroup": slurm.cgroups,
         "slurm_common_accounting": slurm.accounting,
         "slurm_common_priority": {
             "weight_fairshare": priority.weight_fairshare,

@@ -37,6 +37,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     toolkit = rc.model.container_toolkit
     source = toolkit.source
     return {
+        "nvidia_container_toolkit_install_packages": toolkit.install,
         "nvidia_container_toolkit_version": toolkit.version or "",
         "nvidia_container_toolkit_runtimes": list(toolkit.runtimes),
         "nvidia_container_toolkit_default_runtime": toolkit.default_runtime,
