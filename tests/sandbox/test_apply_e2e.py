@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,18 @@ def test_apply_converges_then_reapply_changes_nothing(sandbox: Path) -> None:
     assert second["failures"] == [], second["failures"]
     assert (code, second["status"], second["changes"]) == (0, "ok", [])
     assert {name: stats["changed"] for name, stats in second["hosts"].items()} == dict.fromkeys(second["hosts"], 0)
+
+
+def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
+    """The README's main job ends with this job (scripts/quickstart): one GPU on each GPU node."""
+    # ssh joins the words into one line for the remote shell, so the script is quoted once more.
+    script = shlex.quote('echo "$(hostname) $CUDA_VISIBLE_DEVICES"')
+    srun = ["srun", "--partition=scavenger", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"]
+    job = on_host("ctl01", *srun, "bash", "-c", script)
+    assert job.returncode == 0, job.stderr
+    lines = sorted(line.split() for line in job.stdout.splitlines())
+    assert [host for host, _ in lines] == ["gpu01", "gpu02"], job.stdout
+    assert all(visible in ("0", "1") for _, visible in lines), job.stdout
 
 
 def test_check_reports_pending_changes_without_making_them(sandbox: Path) -> None:
