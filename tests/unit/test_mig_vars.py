@@ -19,6 +19,7 @@ from ansible.template import Templar, trust_as_template
 from test_kubernetes_support import DATA, EXAMPLES, GOLDEN, ROOT, check_golden, loaded, rendered, yaml_load
 
 from gpuinfra import catalog, mig
+from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.vars import mig as mig_vars
 
 FILES = ["mig/config.yaml", "mig/gpuinfra-mig.service"]
@@ -126,3 +127,24 @@ def test_plan_writes_the_mig_files(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     written = (tmp_path / "plan" / "mig" / "config.yaml").read_text()
     assert written == (GOLDEN / "mig" / "slurm-mig" / "config.yaml").read_text()
+
+
+def test_slurm_offers_the_slices_and_the_whole_gpus() -> None:
+    """slurm-mig: a100 nodes carve GPUs 0-2 (7x 1g.10gb on 0 and 1; 4g+2g+1g on 2) and keep GPU 3 whole; the h100
+    node carves both GPUs into 2x 3g.40gb."""
+    plan = rendered("slurm-mig")
+    node_lines = [line for line in plan["slurm/slurm.conf"].content.splitlines() if line.startswith("NodeName=")]
+    assert node_lines == [
+        "NodeName=a100-[01-02] Gres=gpu:a100:1,gpu:1g.10gb:15,gpu:2g.20gb:1,gpu:4g.40gb:1 State=UNKNOWN",
+        "NodeName=h100-01 Gres=gpu:3g.40gb:4 State=UNKNOWN",
+    ]
+    # gres.conf as a100-01 has it: its whole GPU by device file, its slices from the mig role's fragment.
+    gres_lines = [line for line in plan["slurm/gres.conf"].content.splitlines() if not line.startswith("#")]
+    assert plan["slurm/gres.conf"].host == "a100-01"
+    assert gres_lines == [
+        "NodeName=a100-[01-02] Name=gpu Type=a100 File=/dev/nvidia3",
+        f"Include {mig_vars.SLURM_GRES_CONF}",
+    ]
+    includes = group_vars(loaded("slurm-mig").resolved)["slurm_common_gres_includes"]
+    assert includes == {"a100": mig_vars.SLURM_GRES_CONF, "h100": mig_vars.SLURM_GRES_CONF}
+    assert mig_vars.group_vars(loaded("slurm-mig").resolved)["mig_slurm_gres_conf"] == mig_vars.SLURM_GRES_CONF

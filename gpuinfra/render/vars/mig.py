@@ -31,6 +31,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
 )
 
 ALL_DISABLED = "all-disabled"
+# The gres.conf fragment of a Slurm node's MIG slices: the mig role writes it, slurm_common's gres.conf includes it.
+SLURM_GRES_CONF = "/etc/slurm/gres-mig.conf"
 WORKER_ROLE = "k8s_gpu_worker"
 # GPUs that are device nodes without hardware (a per-host fact of the inventory, set for sandbox hosts): the mig role
 # installs the configuration and the boot service there but calls neither nvidia-smi nor nvidia-mig-parted.
@@ -168,5 +170,6 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "mig_parted_config": parted_config(rc, hosts),
         "mig_group_configs": group_configs(rc, hosts),
         "mig_slurm_gres": slurm_gres(rc, hosts),
+        "mig_slurm_gres_conf": SLURM_GRES_CONF if rc.model.slurm is not None else "",
         "mig_gpu_access": GPU_ACCESS_FROM_HOST,
     }

@@ -4,6 +4,10 @@ Roles: slurm_common (slurm.conf, gres.conf, cgroup.conf, the job-mapping prolog)
 slurm_dbd, slurm_controller, slurm_compute and slurm_login roles need nothing from the model.
 Node and partition lines are compressed to hostlists here (`gpu[01-16]`), so a 1,000-node cluster renders a
 slurm.conf of a few lines per node group, not one line per host.
+
+GPUs carved into MIG slices are GRES of their MIG profile (`gpu:1g.10gb:14`); GPUs left whole keep the model's
+type. Slices have no fixed device files (their capability minors come from the driver), so gres.conf lists only
+the whole GPUs, and on a node with MIG layouts includes the fragment the mig role writes from the host's devices.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from ...model import Cluster, NodeGroup
 from ...model.slurm import Account, Qos, Slurm
 from ...resolve import ResolvedCluster, expand_hosts
 from ..artifacts import Artifact
+from . import mig as mig_vars
 
 # slurmdbd.conf is left out on purpose: it holds the database password.
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("slurm/slurm.conf", "slurm_common", "slurm.conf.j2", "slurm_controller"),
-    Artifact("slurm/gres.conf", "slurm_common", "gres.conf.j2", "slurm_controller"),
+    # As a compute node has it: there it names the GPUs slurmd offers.
+    Artifact("slurm/gres.conf", "slurm_common", "gres.conf.j2", "slurm_compute"),
     Artifact("slurm/cgroup.conf", "slurm_common", "cgroup.conf.j2", "slurm_controller"),
 )
 
@@ -46,7 +52,31 @@ def _hostlist(names: list[str]) -> str:
     return str(hostlist.collect_hostlist(names))
 
 
-def _node_line(group: NodeGroup, gres_type: str | None) -> dict[str, Any]:
+def _device_files(indices: list[int]) -> str:
+    """[0, 1, 2, 3] -> /dev/nvidia[0-3]; [2] -> /dev/nvidia2."""
+    return "/dev/" + _hostlist([f"nvidia{i}" for i in indices])
+
+
+# Compute node group -> (its whole GPUs' indices, its MIG slices per profile), for the groups with GPUs.
+GpuGres = dict[str, tuple[list[int], list[dict[str, Any]]]]
+
+
+def gpu_gres(rc: ResolvedCluster) -> GpuGres:
+    """Which GPUs of each compute node group Slurm offers whole, and which as MIG slices."""
+    mig_hosts = [h for h in mig_vars.mig_hosts(rc) if COMPUTE_ROLE in h.roles]
+    slices = mig_vars.slurm_gres(rc, mig_hosts)
+    carved = {h.group: set(h.mig_layouts) for h in mig_hosts}
+    return {
+        name: (
+            [i for i in range(group.gpu.count) if i not in carved.get(name, set())],
+            slices.get(name, []),
+        )
+        for name, group in _compute_groups(rc.model).items()
+        if group.gpu is not None
+    }
+
+
+def _node_line(group: NodeGroup, gres: list[str]) -> dict[str, Any]:
     node: dict[str, Any] = {"names": _hostlist(expand_hosts(group.hosts))}
     for key, value in (
         ("cpus", group.cpus),
@@ -57,27 +87,44 @@ def _node_line(group: NodeGroup, gres_type: str | None) -> dict[str, Any]:
     ):
         if value is not None:
             node[key] = value
-    node["gres"] = [f"gpu:{gres_type}:{group.gpu.count}"] if group.gpu and gres_type else []
+    node["gres"] = gres
     return node
 
 
-def nodes(model: Cluster) -> list[dict[str, Any]]:
-    """One NodeName line per compute node group."""
-    types = gres_types(model)
-    return [_node_line(g, types[g.gpu.model] if g.gpu else None) for g in _compute_groups(model).values()]
-
-
-def gres(model: Cluster) -> list[dict[str, Any]]:
-    """One explicit gres.conf line per GPU node group: the device files from the model's GPU count."""
-    types = gres_types(model)
+def nodes(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
+    """One NodeName line per compute node group, with its whole GPUs and MIG slices as GRES."""
+    types = gres_types(rc.model)
     out = []
-    for group in _compute_groups(model).values():
-        if group.gpu is None:
-            continue
-        count = group.gpu.count
-        files = "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
-        out.append({"nodes": _hostlist(expand_hosts(group.hosts)), "type": types[group.gpu.model], "file": files})
+    for name, group in _compute_groups(rc.model).items():
+        gres: list[str] = []
+        if group.gpu is not None:
+            whole, slices = gpus[name]
+            gres = [f"gpu:{types[group.gpu.model]}:{len(whole)}"] if whole else []
+            gres += [f"gpu:{s['type']}:{s['count']}" for s in slices]
+        out.append(_node_line(group, gres))
     return out
+
+
+def gres(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
+    """One explicit gres.conf line per GPU node group with whole GPUs: their device files."""
+    types = gres_types(rc.model)
+    out = []
+    for name, (whole, _slices) in gpus.items():
+        group = rc.model.node_groups[name]
+        if whole and group.gpu is not None:
+            out.append(
+                {
+                    "nodes": _hostlist(expand_hosts(group.hosts)),
+                    "type": types[group.gpu.model],
+                    "file": _device_files(whole),
+                }
+            )
+    return out
+
+
+def mig_gres_includes(gpus: GpuGres) -> dict[str, str]:
+    """Node group -> the MIG fragment its nodes' gres.conf includes, for compute groups with MIG layouts."""
+    return {name: mig_vars.SLURM_GRES_CONF for name, (_whole, slices) in gpus.items() if slices}
 
 
 def partitions(model: Cluster, slurm: Slurm) -> list[dict[str, Any]]:
@@ -164,11 +211,13 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     cluster = slurm.cluster_name or model.name
     priority = slurm.priority
     mapping = job_mapping_dir(model)
+    gpus = gpu_gres(rc)
     return {
         "slurm_common_cluster_name": cluster,
-        "slurm_common_nodes": nodes(model),
+        "slurm_common_nodes": nodes(rc, gpus),
         "slurm_common_partitions": partitions(model, slurm),
-        "slurm_common_gres": gres(model),
+        "slurm_common_gres": gres(rc, gpus),
+        "slurm_common_gres_includes": mig_gres_includes(gpus),
         "slurm_common_gres_autodetect": slurm.gres_autodetect,
         "slurm_common_cgroup": slurm.cgroups,
         "slurm_common_accounting": slurm.accounting,
