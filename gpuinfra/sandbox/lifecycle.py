@@ -128,7 +128,26 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
         changes.append(f"recorded host keys in {spec.known_hosts}")
     for container in spec.containers:
         access.wait_for_ssh(container.host, spec.ssh_key, spec.known_hosts, container.address)
+    _check_names(spec)
     return _result(spec, path, changes)
+
+
+# Debian 12's podman puts containers on CNI networks, whose DNS comes from a plugin in a package of its own.
+DNS_PACKAGE = "golang-github-containernetworking-plugin-dnsname"
+
+
+def _check_names(spec: SandboxSpec) -> None:
+    """Slurm, Munge and Prometheus reach hosts by name, as on a real fleet: every host must resolve the others."""
+    hosts = [c.host for c in spec.containers]
+    for container in spec.containers:
+        try:
+            exec_in(container.name, "getent hosts " + " ".join(hosts))
+        except PodmanError as exc:
+            raise SandboxError(
+                f"{container.host} cannot resolve the other hosts by name on network {spec.network}; install "
+                f"podman's DNS plugin (apt-get install {DNS_PACKAGE}), then run `gpuinfra sandbox down` and `up` "
+                f"to create the network again ({exc})"
+            ) from exc
 
 
 def status(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
