@@ -13,12 +13,12 @@ from .common import DEFAULT_CLUSTER, load_or_report, print_json
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("inventory", help="print the Ansible inventory with typed vars as JSON")
     parser.add_argument("file", nargs="?", default=DEFAULT_CLUSTER, metavar="FILE")
-    parser.add_argument("--json", action="store_true", help="accepted for symmetry; the output is always JSON")
+    parser.add_argument("--json", action="store_true", help="diagnostics as JSON too (the inventory is always JSON)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_or_report(args.file, as_json=False)
+    loaded = load_or_report(args.file, as_json=args.json)
     if loaded is None:
         return exitcodes.INVALID_INPUT
     print_json(inventory_list(loaded.resolved))

@@ -80,6 +80,10 @@ def test_inventory_matches_ansible_inventory(example: Path, tmp_path: Path, caps
 def test_inventory_of_an_invalid_file_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inventory", str(BAD / "unknown_key.yml")]) == exitcodes.INVALID_INPUT
     assert capsys.readouterr().out == ""
+    # With --json, the diagnostics come as JSON on stdout, as from every other verb.
+    assert main(["inventory", "--json", str(BAD / "unknown_key.yml")]) == exitcodes.INVALID_INPUT
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["valid"] is False and doc["diagnostics"], doc
 
 
 def test_plan_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
