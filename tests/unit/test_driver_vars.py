@@ -457,3 +457,43 @@ def test_emulated_gpus_get_the_driver_built_but_not_loaded(emulated: bool) -> No
     assert seen["nvidia_driver_service_manage"] is (not emulated)
     assert seen["gpu_health_gpu_access"] is (not emulated)
     assert seen["nvidia_driver_version"] == "535.261.03", "the driver is still installed and built"
+
+
+def _index_targets(tmp_path: Path, name: str, text: str) -> subprocess.CompletedProcess[str]:
+    """apt's own reading of one deb822 .sources file: the index targets it would fetch (nothing is fetched)."""
+    parts = tmp_path / name
+    parts.mkdir()
+    (parts / f"{name}.sources").write_text(text)
+    opts = ["-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={parts}"]
+    return subprocess.run(
+        [_apt("apt-get"), *opts, "indextargets", "--no-release-info", "--format", "$(URI)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "template"),
+    [
+        ("nvidia_driver", "nvidia-driver.sources.j2"),
+        ("nvidia_container_toolkit", "nvidia-container-toolkit.sources.j2"),
+    ],
+)
+def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str, template: str) -> None:
+    """NVIDIA's repository and a mirror (with either keyring form) as apt reads them. NVIDIA's repositories cannot
+    be reached from the test machines, so the download itself is not exercised."""
+    repo_var = f"__{role}_nvidia_repo_url" if role == "nvidia_driver" else f"__{role}_repo_url"
+    repo = role_vars(role, "Debian")[repo_var]  # the role's vars/Debian.yml, which render() leaves out
+    mirror = {f"{role}_source_type": "mirror", f"{role}_source_url": "http://mirror.example.internal/nvidia/"}
+    cases = {
+        "nvidia": ({f"{role}_source_type": "nvidia"}, repo.replace("$(ARCH)", "amd64")),
+        "mirror-asc": ({**mirror, f"{role}_source_keyring": "files/mirror.asc"}, mirror[f"{role}_source_url"]),
+        "mirror-gpg": ({**mirror, f"{role}_source_keyring": "files/mirror.gpg"}, mirror[f"{role}_source_url"]),
+    }
+    for name, (overrides, uri) in cases.items():
+        result = _index_targets(tmp_path, name, render(role, template, **{repo_var: repo, **overrides}))
+        assert result.returncode == 0 and "E:" not in result.stderr and "W:" not in result.stderr, result.stderr
+        assert result.stdout.split() == [uri.rstrip("/") + "/Packages"], (name, result.stdout)
+    broken = _index_targets(tmp_path, "broken", "Types: deb\nSuites: /\n")  # no URIs
+    assert broken.returncode != 0 and "E:" in broken.stderr, "apt did not read the file"
