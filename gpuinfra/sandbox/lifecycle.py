@@ -36,6 +36,7 @@ from .spec import (
     run_args,
     sandbox_spec,
     spec_digest,
+    user_id,
 )
 
 # The kernel a GPU host gets when its image has none (the driver image built by molecule/shared/build-driver-image
@@ -119,6 +120,9 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
         if access.authorize(container.name, pubkey):
             changes.append(f"{container.host}: authorized the sandbox key for root")
         entries[container.host] = (container.address, access.host_key(container.name))
+        created_users = _ensure_users(container, spec.users)
+        if created_users:
+            changes.append(f"{container.host}: created the users {', '.join(created_users)}")
     gpu_hosts = [c for c in spec.containers if c.gpus]
     with ThreadPoolExecutor(max_workers=max(1, len(gpu_hosts))) as pool:
         for container, installed in zip(gpu_hosts, pool.map(_ensure_kernel, gpu_hosts), strict=True):
@@ -229,6 +233,16 @@ def _ensure_container(spec: SandboxSpec, container: ContainerSpec, changes: list
         _wait_for_systemd(container.name)
         changes.append(f"{container.host}: started container {container.name}")
     return False
+
+
+def _ensure_users(container: ContainerSpec, users: list[str]) -> list[str]:
+    """Create the users a Slurm job runs as, with the same uid on every host; returns those created."""
+    script = "".join(
+        f"id -u {name} >/dev/null 2>&1 || {{ useradd --uid {user_id(name)} --user-group --create-home "
+        f"--shell /bin/bash {name} && echo {name}; }}; "
+        for name in users
+    )
+    return exec_in(container.name, script).split() if users else []
 
 
 def _ensure_kernel(container: ContainerSpec) -> bool:

@@ -59,6 +59,8 @@ class SandboxSpec:
     containers: list[ContainerSpec]
     ssh_key: Path
     known_hosts: Path
+    users: list[str]
+    """The Slurm accounts' users: a real site's directory service gives every node these Unix users."""
 
     @property
     def state_dir(self) -> Path:
@@ -114,6 +116,7 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
     if problems:
         raise SandboxConfigError(f"{loaded.path} cannot be a sandbox:\n" + "\n".join(f"  - {p}" for p in problems))
 
+    accounts = model.slurm.accounts if model.slurm else {}
     containers = [
         ContainerSpec(host=h.name, name=f"{model.name}-{h.name}", address=h.address, gpus=h.gpu_count, image=image)
         for h in loaded.resolved.hosts.values()
@@ -126,7 +129,13 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
         containers=containers,
         ssh_key=ssh_key,
         known_hosts=known_hosts,
+        users=sorted({user for account in accounts.values() for user in account.users}),
     )
+
+
+def user_id(name: str) -> int:
+    """The same uid for a user on every host, as a directory service gives (10000-59999, stable per name)."""
+    return 10000 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 50000
 
 
 def _path(base: Path, value: str) -> Path:

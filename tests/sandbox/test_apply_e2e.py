@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from ruamel.yaml import YAML
@@ -92,12 +93,34 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
     """The README's main job ends with this job (scripts/quickstart): one GPU on each GPU node."""
     # ssh joins the words into one line for the remote shell, so the script is quoted once more.
     script = shlex.quote('echo "$(hostname) $CUDA_VISIBLE_DEVICES"')
-    srun = ["srun", "--partition=scavenger", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"]
+    srun = ["runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp", "--immediate=120",
+            "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"]  # fmt: skip
     job = on_host("ctl01", *srun, "bash", "-c", script)
     assert job.returncode == 0, job.stderr
     lines = sorted(line.split() for line in job.stdout.splitlines())
     assert [host for host, _ in lines] == ["gpu01", "gpu02"], job.stdout
     assert all(visible in ("0", "1") for _, visible in lines), job.stdout
+
+
+def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Path) -> None:
+    """tests/infra, as a user runs it against a real fleet: over SSH, with the inventory gpuinfra renders."""
+    from gpuinfra.load import load_cluster
+    from gpuinfra.run import cluster_inventory
+
+    inventory = tmp_path / "inventory.json"  # the YAML inventory plugin reads JSON as YAML
+    inventory.write_text(json.dumps(cluster_inventory(load_cluster(sandbox))))
+    report = tmp_path / "report.xml"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "infra"),
+         "--hosts=ansible://gpu_nodes", f"--ansible-inventory={inventory}", f"--junitxml={report}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    assert suite is not None
+    ran = int(suite.get("tests", 0)) - int(suite.get("skipped", 0))
+    # Both nodes: DKMS per kernel, nouveau, held packages, unattended-upgrades; what needs a GPU skips.
+    assert ran >= 8 and int(suite.get("failures", 0)) == 0, done.stdout[-3000:]
 
 
 def test_check_reports_pending_changes_without_making_them(sandbox: Path) -> None:

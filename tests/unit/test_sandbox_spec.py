@@ -12,7 +12,7 @@ from gpuinfra.load import load_cluster
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import known_hosts_text
 from gpuinfra.sandbox.image import INCLUDE, debootstrap_args
-from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest
+from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest, user_id
 from gpuinfra.sandbox.tools import MissingTools, missing_message, missing_tools, require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +138,15 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(SandboxConfigError) as caught:
         sandbox_spec(load_cluster(write(tmp_path, text)), "localhost/img")
     assert str(caught.value).count("\n  - ") == 3
+
+
+def test_every_host_gets_the_slurm_users_with_one_uid_each() -> None:
+    """Jobs run as the accounts' users, so each sandbox host has them, as a directory service would give them."""
+    spec = sandbox_spec(load_cluster(SANDBOX), "img")
+    assert spec.users == ["alice", "bob"]
+    assert len({user_id(name) for name in spec.users}) == 2
+    assert all(10000 <= user_id(name) < 60000 for name in spec.users)
+    assert user_id("alice") == user_id("alice")
 
 
 def test_missing_tools_name_their_debian_packages() -> None:
