@@ -210,6 +210,24 @@ def _ensure_network(spec: SandboxSpec) -> bool:
 def _ensure_container(spec: SandboxSpec, container: ContainerSpec, changes: list[str]) -> bool:
     """Create or start the host's container; True when it was created."""
     found = inspect_container(container.name)
+    if found is not None:
+        labels = (found.get("Config") or {}).get("Labels") or {}
+        if labels.get(LABEL) != spec.cluster:
+            raise SandboxError(
+                f"a container named {container.name} exists but was not made by this sandbox; remove or "
+                "rename it, or rename the cluster"
+            )
+        if labels.get(SPEC_LABEL) != spec_digest(spec, container):
+            raise SandboxError(
+                f"container {container.name} was made with other settings (image, address or GPUs); run "
+                "`gpuinfra sandbox down` first to recreate it"
+            )
+        if _stale(found, container.name):
+            # podman's record says running, but the runtime has no such process (a machine restored from a
+            # snapshot, or the runtime's state wiped): nothing can be started or run in it, so it is made anew.
+            podman("rm", "--force", "--time", "0", container.name)
+            changes.append(f"{container.host}: removed container {container.name}, which had no running process")
+            found = None
     if found is None:
         podman(*run_args(spec, container))
         changes.append(
@@ -217,21 +235,21 @@ def _ensure_container(spec: SandboxSpec, container: ContainerSpec, changes: list
             f"{container.gpus} fake GPUs, image {container.image})"
         )
         return True
-    labels = (found.get("Config") or {}).get("Labels") or {}
-    if labels.get(LABEL) != spec.cluster:
-        raise SandboxError(
-            f"a container named {container.name} exists but was not made by this sandbox; remove or "
-            "rename it, or rename the cluster"
-        )
-    if labels.get(SPEC_LABEL) != spec_digest(spec, container):
-        raise SandboxError(
-            f"container {container.name} was made with other settings (image, address or GPUs); run "
-            "`gpuinfra sandbox down` first to recreate it"
-        )
     if (found.get("State") or {}).get("Status") != "running":
         podman("start", container.name)
         _wait_for_systemd(container.name)
         changes.append(f"{container.host}: started container {container.name}")
+    return False
+
+
+def _stale(found: dict[str, Any], name: str) -> bool:
+    """True when podman calls the container running but nothing can run in it."""
+    if (found.get("State") or {}).get("Status") != "running":
+        return False
+    try:
+        exec_in(name, "true", timeout=60)
+    except PodmanError:
+        return True
     return False
 
 
