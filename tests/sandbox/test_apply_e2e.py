@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -29,6 +30,10 @@ SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 # A file the driver role writes on every GPU node (the unattended-upgrades blacklist): cheap to take away and
 # for apply to put back.
 MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
+
+
+# testinfra's Ansible backend runs ansible-inventory: the one installed beside this Python.
+VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _missing() -> str | None:
@@ -113,7 +118,7 @@ def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Pa
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "infra"),
          "--hosts=ansible://gpu_nodes", f"--ansible-inventory={inventory}", f"--junitxml={report}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False, env=VENV_ENV,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     suite = ElementTree.parse(report).getroot().find("testsuite")
@@ -129,7 +134,8 @@ def test_check_reports_pending_changes_without_making_them(sandbox: Path) -> Non
     assert doc["failures"] == [], doc["failures"]
     assert (code, doc["status"], doc["check"]) == (2, "changed", True)
     assert {change["host"] for change in doc["changes"]} == {"gpu01"}
-    assert any(MANAGED_FILE in change["diff"] for change in doc["changes"]), doc["changes"]
+    # The diff is of the file's content: what --check would have written into the missing file.
+    assert any("Unattended-Upgrade::Package-Blacklist" in change["diff"] for change in doc["changes"]), doc["changes"]
     assert on_host("gpu01", "test", "-e", MANAGED_FILE).returncode == 1, "--check wrote the file"
     # Without --detailed-exitcode, a run that changes something exits 0.
     code, doc = apply_json(sandbox, "--yes", "--limit", "gpu01")
