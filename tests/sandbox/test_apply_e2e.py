@@ -1,5 +1,8 @@
 """`gpuinfra apply` against the sandbox cluster: podman containers with systemd, reached over real SSH.
 
+This is the test of the whole stack (playbooks/site.yml, as a user runs it); each role's own Molecule scenario is
+under molecule/.
+
 The steps build on each other (converge -> re-apply -> check), so they run in file order in one module. The
 sandbox is brought up once (`gpuinfra sandbox up` is idempotent) and left running, so the next run starts from a
 converged cluster; `gpuinfra sandbox down` removes it. `$GPUINFRA_NODE_IMAGE` picks the hosts' image for a sandbox
@@ -105,6 +108,21 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
     lines = sorted(line.split() for line in job.stdout.splitlines())
     assert [host for host, _ in lines] == ["gpu01", "gpu02"], job.stdout
     assert all(visible in ("0", "1") for _, visible in lines), job.stdout
+
+
+def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path) -> None:
+    """The rest of site.yml's end state: each partition of the cluster file, and the monitoring services."""
+    sinfo = on_host("ctl01", "sinfo", "--noheader", shlex.quote("--format=%R %D %G"))
+    assert sinfo.returncode == 0, sinfo.stderr
+    assert sorted(sinfo.stdout.splitlines()) == ["nlp 2 gpu:l4:2", "scavenger 2 gpu:l4:2", "vision 2 gpu:l4:2"]
+    units = {
+        "ctl01": ["prometheus-node-exporter", "prometheus", "prometheus-alertmanager"],
+        "gpu01": ["prometheus-node-exporter"],
+        "gpu02": ["prometheus-node-exporter"],
+    }
+    for host, names in units.items():
+        active = on_host(host, "systemctl", "is-active", *names)
+        assert active.stdout.split() == ["active"] * len(names), (host, active.stdout)
 
 
 def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Path) -> None:
