@@ -9,7 +9,9 @@ Each node goes through four phases, each one run of Ansible limited to that node
 
 The journal entry for a phase is written before the phase starts (DRAINING before any drain), and its result
 after it ends, so a node is never out of service without a record. Re-running picks every node up at its last
-recorded state. Nodes run in worker threads, never more than the window allows.
+recorded state, except that a node left before or inside `upgrade` is drained again first: the journal says it was
+drained, but someone may have resumed it since, and the upgrade must never run under a job. Draining a drained node
+changes nothing. Nodes run in worker threads, never more than the window allows.
 """
 
 from __future__ import annotations
@@ -42,11 +44,11 @@ PHASES: tuple[Phase, ...] = (
     Phase("resume", None, State.RESUMED),
 )
 
-# Last recorded state -> index of the phase to run next.
+# Last recorded state -> index of the phase to run next. The drain is re-asserted before any host change.
 _NEXT_PHASE = {
     State.DRAINING: 0,
-    State.DRAINED: 1,
-    State.UPGRADING: 1,
+    State.DRAINED: 0,
+    State.UPGRADING: 0,
     State.GATED: 2,
     State.HEALTHY: 3,
 }
