@@ -51,7 +51,7 @@ def _run(tmp_path: Path, example: str, *extra: str) -> subprocess.CompletedProce
     }
     return subprocess.run(
         [
-            "ansible-playbook",
+            str(Path(sys.executable).parent / "ansible-playbook"),  # beside this Python, on PATH or not
             "-i",
             "localhost,",
             "-e",
