@@ -182,6 +182,8 @@ def _envvars(run_dir: Path) -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_PIPELINING": os.environ.get("ANSIBLE_PIPELINING", "True"),
+        # site.yml has a play per concern: gather each host's facts once per run, not once per play.
+        "ANSIBLE_GATHERING": os.environ.get("ANSIBLE_GATHERING", "smart"),
     }
     if "ANSIBLE_CONFIG" not in os.environ and (ROOT / "ansible.cfg").is_file():
         env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
