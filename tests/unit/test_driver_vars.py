@@ -482,17 +482,19 @@ def _index_targets(tmp_path: Path, name: str, text: str) -> subprocess.Completed
 )
 def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str, template: str) -> None:
     """NVIDIA's repository and a mirror (with either keyring form) as apt reads them. NVIDIA's repositories cannot
-    be reached from the test machines, so the download itself is not exercised."""
+    be reached from the test machines, so the download itself is not exercised; test_package_sources.py has apt
+    verify a signed mirror through the same files."""
     repo_var = f"__{role}_nvidia_repo_url" if role == "nvidia_driver" else f"__{role}_repo_url"
     repo = role_vars(role, "Debian")[repo_var]  # the role's vars/Debian.yml, which render() leaves out
-    mirror = {f"{role}_source_type": "mirror", f"{role}_source_url": "http://mirror.example.internal/nvidia/"}
+    mirror = {f"{role}_source_type": "mirror", f"{role}_source_url": "https://mirror.example.internal/nvidia/"}
     cases = {
         "nvidia": ({f"{role}_source_type": "nvidia"}, repo.replace("$(ARCH)", "amd64")),
         "mirror-asc": ({**mirror, f"{role}_source_keyring": "files/mirror.asc"}, mirror[f"{role}_source_url"]),
         "mirror-gpg": ({**mirror, f"{role}_source_keyring": "files/mirror.gpg"}, mirror[f"{role}_source_url"]),
     }
     for name, (overrides, uri) in cases.items():
-        result = _index_targets(tmp_path, name, render(role, template, **{repo_var: repo, **overrides}))
+        internal = role_vars(role, "Debian", **overrides)  # the keyring's path and whether the source is signed
+        result = _index_targets(tmp_path, name, render(role, template, **{**internal, **overrides}))
         assert result.returncode == 0 and "E:" not in result.stderr and "W:" not in result.stderr, result.stderr
         assert result.stdout.split() == [uri.rstrip("/") + "/Packages"], (name, result.stdout)
     broken = _index_targets(tmp_path, "broken", "Types: deb\nSuites: /\n")  # no URIs
