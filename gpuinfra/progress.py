@@ -3,13 +3,17 @@
 `RunProgress.handle(event)` folds one runner event into the model and returns an `Update` saying what happened, so
 a display can redraw a table or print a line. Counts follow Ansible's recap: `ok` includes `changed`. The final
 `playbook_on_stats` event replaces the live counts with Ansible's own.
+
+Nothing of a `no_log` task's result is kept: Ansible sends a `censored` note in its place, and a change it made is
+listed without a diff (`HIDDEN_DIFF`). Every text that is kept (names, diffs, messages) goes through the `redact`
+function given to `RunProgress` (see gpuinfra/redact.py), so password hashes and secrets stay out of reports.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +26,8 @@ ResultKind = Literal["ok", "changed", "failed", "unreachable", "skipped", "ignor
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MESSAGE_TAG = re.compile(r"^\[(ERROR|WARNING|DEPRECATION WARNING)\]:?\s*")
+HIDDEN = "the output is hidden because the task has no_log: true"
+HIDDEN_DIFF = "(the diff is hidden because the task has no_log: true)"
 # Lines of command output kept in a failure message: the end of stderr is where the reason usually is.
 _OUTPUT_TAIL_LINES = 20
 
@@ -92,8 +98,14 @@ class Update:
     text: str | None = None
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 class RunProgress:
-    def __init__(self, hosts: Iterable[str] = ()) -> None:
+    def __init__(self, hosts: Iterable[str] = (), redact: Callable[[str], str] | None = None) -> None:
+        self.redact = redact or _unchanged
+        """Applied to every text kept or reported: play and task names, diffs, messages."""
         self.hosts: dict[str, HostProgress] = {name: HostProgress(name) for name in hosts}
         self.play: str | None = None
         self.task: str | None = None
@@ -121,14 +133,14 @@ class RunProgress:
             return self._verbose(str(event.get("stdout") or ""))
         self._message = None
         if kind == "playbook_on_play_start":
-            self.play = str(data.get("play") or data.get("name") or "")
+            self.play = self.redact(str(data.get("play") or data.get("name") or ""))
             return Update("play", text=self.play)
         if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
-            self.task = task_name(data)
+            self.task = self.redact(task_name(data))
             return Update("task", task=self.task)
         if kind == "runner_on_start":
             progress = self.host(str(data.get("host")))
-            progress.task = task_name(data)
+            progress.task = self.redact(task_name(data))
             if progress.state != "unreachable":
                 progress.state = "running"
             return None
@@ -140,7 +152,7 @@ class RunProgress:
         return None
 
     def _result(self, kind: str, data: Mapping[str, Any]) -> Update:
-        host, task = str(data.get("host")), task_name(data)
+        host, task = str(data.get("host")), self.redact(task_name(data))
         progress = self.host(host)
         stats = progress.stats
         res = data.get("res")
@@ -151,14 +163,15 @@ class RunProgress:
             result = "changed" if res.get("changed") else "ok"
             if result == "changed":
                 stats.changed += 1
-                self.changes.append(Change(host, task, diff_text(res)))
+                diff = HIDDEN_DIFF if hidden(res) else self.redact(diff_text(res))
+                self.changes.append(Change(host, task, diff))
         elif kind == "runner_on_skipped":
             stats.skipped += 1
             result = "skipped"
         elif kind == "runner_on_unreachable":
             stats.unreachable += 1
             result = "unreachable"
-            self.failures.append(Failure(host, task, failure_message(res), unreachable=True))
+            self.failures.append(Failure(host, task, self.redact(failure_message(res)), unreachable=True))
         elif data.get("ignore_errors"):
             stats.ok += 1
             stats.ignored += 1
@@ -166,7 +179,7 @@ class RunProgress:
         else:
             stats.failed += 1
             result = "failed"
-            self.failures.append(Failure(host, task, failure_message(res)))
+            self.failures.append(Failure(host, task, self.redact(failure_message(res))))
         progress.state = _state(stats)
         return Update("result", host=host, task=task, result=result)
 
@@ -185,7 +198,7 @@ class RunProgress:
 
     def _verbose(self, stdout: str) -> Update | None:
         """Ansible's own messages (errors before any task ran, warnings) arrive as display lines."""
-        line = _ANSI.sub("", stdout).rstrip()
+        line = self.redact(_ANSI.sub("", stdout).rstrip())
         tag = _MESSAGE_TAG.match(line)
         if tag:
             self._message = self.errors if tag.group(1) == "ERROR" else self.warnings
@@ -225,10 +238,17 @@ def task_name(data: Mapping[str, Any]) -> str:
     return f"{role} : {name}" if role and not name.startswith(f"{role} : ") else name
 
 
+def hidden(res: Mapping[str, Any]) -> bool:
+    """True for the result of a `no_log` task, or one with a `no_log` loop item: nothing of it may be shown."""
+    items = res.get("results")
+    sources = [res, *(items if isinstance(items, list) else [])]
+    return any(isinstance(s, Mapping) and (s.get("censored") or s.get("_ansible_no_log")) for s in sources)
+
+
 def failure_message(res: Mapping[str, Any]) -> str:
     """One readable reason for a failed result: the module's message and the tail of command output."""
-    if res.get("censored"):
-        return "the output is hidden because the task has no_log: true"
+    if hidden(res):
+        return HIDDEN
     items = res.get("results")
     if isinstance(items, list):
         # The task's own msg is only "One or more items failed"; the items say which and why.
@@ -257,7 +277,10 @@ def _single_message(res: Mapping[str, Any]) -> str:
 
 
 def diff_text(res: Mapping[str, Any]) -> str:
-    """A unified diff of what a result changed, from `diff` entries (also those of loop items)."""
+    """A unified diff of what a result changed, from `diff` entries (also those of loop items); none for the result
+    of a `no_log` task."""
+    if hidden(res):
+        return ""
     entries: list[Any] = []
     for source in [res, *[i for i in res.get("results") or [] if isinstance(i, Mapping)]]:
         diff = source.get("diff")
