@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuinfra.load import load_cluster
 from gpuinfra.render.plan import render
 from gpuinfra.run import RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 20.0

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from gpuinfra.load import load_cluster
 from gpuinfra.render.inventory import inventory_list, inventory_yaml
+from gpuinfra.validate.load import load_cluster
 
 GROUPS = [
     ("h200", "H200-SXM5-141GB", 8),

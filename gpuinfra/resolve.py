@@ -5,32 +5,16 @@ Everything here is derived from the file alone; nothing touches a host.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import hostlist
-
 from .model import Cluster, NodeGroup
-
-
-class HostlistError(ValueError):
-    """A hostlist expression that cannot be expanded."""
-
-
-def expand_hosts(hosts: str | Iterable[str]) -> list[str]:
-    """Expand one or more Slurm-style hostlist expressions (`gpu[01-16]`) into host names, in order."""
-    exprs = [hosts] if isinstance(hosts, str) else list(hosts)
-    names: list[str] = []
-    for expr in exprs:
-        try:
-            names.extend(hostlist.expand_hostlist(expr))
-        except hostlist.BadHostlist as exc:
-            raise HostlistError(f"bad hostlist expression {expr!r}: {exc}") from None
-    return names
+from .validate.hosts import expand_hosts
 
 
 def expand_gpu_indices(selector: str, count: int) -> list[int]:
-    """`all`, `0-3` or `0,2,4-5` -> sorted GPU indices (may name indices >= count; checks report those)."""
+    """`all`, `0-3` or `0,2,4-5` -> sorted GPU indices (may name indices >= count; checks report those). The
+    selector's grammar bounds every index, so this never builds a large range."""
     if selector == "all":
         return list(range(count))
     indices: set[int] = set()
@@ -60,6 +44,8 @@ class Host:
 class ResolvedCluster:
     model: Cluster
     hosts: dict[str, Host]
+    layouts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """MIG layout name -> {profile: count}: those of the cluster's mig-parted file, then the inline ones."""
 
     def with_role(self, role: str) -> list[Host]:
         return [h for h in self.hosts.values() if role in h.roles]
@@ -96,10 +82,12 @@ def _group_hosts(name: str, group: NodeGroup, cluster: Cluster) -> list[Host]:
     ]
 
 
-def resolve(cluster: Cluster) -> ResolvedCluster:
-    """Per-host facts, in file order. A host listed in two groups keeps its first group (checks report it)."""
+def resolve(cluster: Cluster, parted_layouts: Mapping[str, Mapping[str, int]] | None = None) -> ResolvedCluster:
+    """Per-host facts, in file order. A host listed in two groups keeps its first group (checks report it).
+    `parted_layouts` are those read from the cluster's mig-parted file when it was validated."""
     hosts: dict[str, Host] = {}
     for name, group in cluster.node_groups.items():
         for host in _group_hosts(name, group, cluster):
             hosts.setdefault(host.name, host)
-    return ResolvedCluster(model=cluster, hosts=hosts)
+    layouts = {**(parted_layouts or {}), **{name: dict(p) for name, p in cluster.mig.layouts.items()}}
+    return ResolvedCluster(model=cluster, hosts=hosts, layouts=layouts)

@@ -30,9 +30,9 @@ from typing import Any
 import ansible_runner
 
 from .errors import GpuinfraError
-from .load import LoadedCluster
 from .progress import Change, Event, Failure, HostStats, RunProgress, Update
 from .render.inventory import inventory_yaml
+from .validate.load import LoadedCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOKS = ROOT / "playbooks"

@@ -20,10 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import InvalidInput
-from ..load import LoadedCluster, load_cluster
 from ..progress import HostProgress, HostState, RunProgress, Update
 from ..render.plan import RenderError, render
 from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+from ..validate.load import LoadedCluster, load_cluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json, print_diagnostics, print_json
 

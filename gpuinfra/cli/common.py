@@ -11,7 +11,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from ..errors import Diagnostic, InvalidInput
-from ..load import LoadedCluster, load_cluster
+from ..validate.load import LoadedCluster, load_cluster
 
 DEFAULT_CLUSTER = "inventories/sandbox/cluster.yml"
 

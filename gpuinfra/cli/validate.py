@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidInput
-from ..load import is_mig_parted, load_cluster, load_mig_parted
+from ..validate.load import is_mig_parted, load_cluster, load_mig_parted
 from . import exitcodes
 from .common import add_json, print_diagnostics, print_json
 

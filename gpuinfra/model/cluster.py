@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from .base import Model, Name
+from ..validate.grammar import Name
+from .base import Model
 from .driver import ContainerToolkit, Driver
 from .kubernetes import Kubernetes
 from .mig import Mig

@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .base import DriverVersion, Model
+from ..validate.grammar import ControllerPath, DriverVersion, KeyFingerprint, PackageVersion, RepoUrl
+from .base import Model
 
 
 class DistributionSource(Model):
@@ -23,15 +24,19 @@ class NvidiaRepoSource(Model):
 
 class MirrorSource(Model):
     type: Literal["mirror"]
-    url: Annotated[str, Field(pattern=r"^(https?|file)://")]
-    """Base URL of a mirror of the NVIDIA repository (apt or yum layout)."""
-    keyring: str | None = None
-    """Path on the controller to the mirror's signing key; omitted means the mirror is trusted as configured."""
+    url: RepoUrl
+    """Base URL of a mirror of the NVIDIA repository (apt or yum layout); https:// unless `insecure`."""
+    keyring: ControllerPath | None = None
+    """Path on the controller to the mirror's signing key (armored or binary); required unless `insecure`."""
+    fingerprint: KeyFingerprint | None = None
+    """Full fingerprint of the signing key (40 upper-case hex digits); the key is refused if it differs."""
+    insecure: bool = False
+    """Allow an http:// URL or a mirror without a signing key. Packages are then taken on trust."""
 
 
 class LocalSource(Model):
     type: Literal["local"]
-    path: str
+    path: ControllerPath
     """Folder on the controller holding the .deb or .rpm files, for air-gapped sites."""
 
 
@@ -71,7 +76,7 @@ ContainerRuntimeName = Literal["containerd", "docker", "cri-o"]
 class ContainerToolkit(Model):
     runtimes: list[ContainerRuntimeName] = []
     """Runtimes to configure with the NVIDIA runtime."""
-    version: str | None = None
+    version: PackageVersion | None = None
     """Exact nvidia-container-toolkit version; latest from the source when omitted."""
     default_runtime: bool = False
     """Make `nvidia` the default runtime."""

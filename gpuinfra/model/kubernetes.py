@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field
 
-from .base import Model, Name, NonNegativeInt, PositiveInt
+from ..validate.grammar import (
+    ChartVersion,
+    CountOrPercentage,
+    DnsLabel,
+    DnsSubdomain,
+    LabelKey,
+    LabelValue,
+    MigProfileName,
+    Name,
+    NonNegativeInt,
+    PositiveInt,
+    Text,
+)
+from .base import Model
 from .nodes import Taint
-
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-# A Kubernetes namespace name: lower-case letters, digits and '-', at most 63.
-DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN)]
 
 
 class OperatorUpgrade(Model):
@@ -22,7 +30,7 @@ class OperatorUpgrade(Model):
     """Let the operator upgrade the driver node by node when its version changes."""
     max_parallel_upgrades: NonNegativeInt = 1
     """Nodes upgraded at once; 0 means all of them."""
-    max_unavailable: Annotated[str, Field(pattern=r"^[0-9]+%?$")] = "25%"
+    max_unavailable: CountOrPercentage = "25%"
     """GPU nodes that may be unavailable during an upgrade: a count ('2') or a share of them ('25%')."""
     drain: bool = False
     """Also drain the node (`kubectl drain`) before reloading the driver; GPU pods are always evicted."""
@@ -33,7 +41,7 @@ class OperatorUpgrade(Model):
 
 
 class GpuOperator(Model):
-    chart_version: str = "v25.10.0"
+    chart_version: ChartVersion = "v25.10.0"
     """Version of the `gpu-operator` Helm chart."""
     namespace: DnsLabel = "gpu-operator"
     """Namespace the operator and its operands run in."""
@@ -46,7 +54,7 @@ class GpuOperator(Model):
     """The runtime the kubelet uses, which the operator's toolkit container configures."""
     use_precompiled: bool = False
     """Precompiled (signed) driver containers, for secure boot."""
-    repo_config_map: str | None = None
+    repo_config_map: DnsSubdomain | None = None
     """ConfigMap holding repository files for a package mirror."""
     upgrade: OperatorUpgrade = OperatorUpgrade()
     dcgm_exporter: bool = True
@@ -73,9 +81,9 @@ class GpusPerContainer(Model):
 
 class Subject(Model):
     kind: Literal["User", "Group", "ServiceAccount"]
-    name: str
+    name: Text
     """User or group name as the cluster's authenticator reports it, or the service account's name."""
-    namespace: str | None = None
+    namespace: DnsLabel | None = None
     """Only for ServiceAccount subjects; defaults to the tenant's namespace."""
 
 
@@ -84,7 +92,7 @@ class Tenant(Model):
     """Kubernetes namespace; defaults to the tenant's name."""
     gpu_quota: NonNegativeInt = 0
     """requests.nvidia.com/gpu for the namespace."""
-    mig_quota: dict[str, NonNegativeInt] = {}
+    mig_quota: dict[MigProfileName, NonNegativeInt] = {}
     """Per MIG profile quota, e.g. {1g.10gb: 7}; used with the mixed strategy."""
     gpus_per_container: GpusPerContainer | None = None
     """Most `nvidia.com/gpu` per container (a LimitRange); unset leaves containers unbounded below the quota."""
@@ -105,21 +113,5 @@ class Kubernetes(Model):
     """Teams, each with a namespace, GPU quotas, limits and access."""
     gpu_node_taints: list[Taint] = [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
     """Taints on every k8s_gpu_worker node, so that only pods that tolerate them land there."""
-    gpu_node_labels: dict[str, str] = {}
+    gpu_node_labels: dict[LabelKey, LabelValue] = {}
     """Labels on every k8s_gpu_worker node (node groups add their own)."""
-
-    @model_validator(mode="after")
-    def _tenant_namespaces(self) -> Kubernetes:
-        for name, tenant in self.tenants.items():
-            if tenant.namespace is None and not re.match(DNS_LABEL_PATTERN, name):
-                raise ValueError(
-                    f"tenant {name!r} is not a valid Kubernetes namespace name (letters, digits and "
-                    "'-' only): set its `namespace`"
-                )
-        seen: dict[str, str] = {}
-        for name, tenant in self.tenants.items():
-            namespace = tenant.namespace or name
-            if namespace in seen:
-                raise ValueError(f"tenants {seen[namespace]!r} and {name!r} share the namespace {namespace!r}")
-            seen[namespace] = name
-        return self

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from .base import Model, PositiveInt
-
-LayoutName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,62}$")]
+from ..validate.grammar import ControllerPath, LayoutName, MigProfileName, PositiveInt
+from .base import Model
 
 
 class Mig(Model):
-    layouts: dict[LayoutName, Annotated[dict[str, PositiveInt], Field(min_length=1)]] = {}
+    layouts: dict[LayoutName, Annotated[dict[MigProfileName, PositiveInt], Field(min_length=1, max_length=16)]] = {}
     """Layout name -> {MIG profile: count} for one GPU, e.g. {3g.40gb: 2}."""
-    parted_file: str | None = None
+    parted_file: ControllerPath | None = None
     """A mig-parted v1 file whose `mig-configs` become layouts (relative to the cluster file)."""

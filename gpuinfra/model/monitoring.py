@@ -6,7 +6,19 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from .base import Duration, Model, Name, Percent
+from ..validate.grammar import (
+    AbsolutePath,
+    Duration,
+    Email,
+    EmailList,
+    HostPort,
+    HttpUrl,
+    ImageRef,
+    Name,
+    Percent,
+    SlackChannel,
+)
+from .base import Model
 from .driver import DistributionSource, LocalSource, MirrorSource, NvidiaRepoSource
 
 Component = Literal["dcgm_exporter", "node_exporter", "prometheus", "alertmanager", "grafana"]
@@ -32,25 +44,25 @@ class Alerts(Model):
 
 class WebhookReceiver(Model):
     type: Literal["webhook"]
-    url: Annotated[str, Field(pattern=r"^https?://")]
+    url: HttpUrl
     """Endpoint Alertmanager POSTs its JSON payload to."""
 
 
 class EmailReceiver(Model):
     type: Literal["email"]
-    to: str
+    to: EmailList
     """Recipient address(es), comma-separated."""
-    sender: str
+    sender: Email
     """From: address."""
-    smarthost: str
+    smarthost: HostPort
     """host:port of the SMTP relay."""
 
 
 class SlackReceiver(Model):
     type: Literal["slack"]
-    channel: str
+    channel: SlackChannel
     """Channel to post to, e.g. `#gpu-alerts`."""
-    api_url_file: str
+    api_url_file: AbsolutePath
     """File on the monitoring host holding the webhook URL (a secret, so never inline)."""
 
 
@@ -67,11 +79,11 @@ class Routes(Model):
 
 
 class Tls(Model):
-    cert_file: str
+    cert_file: AbsolutePath
     """Server certificate on every monitored host (same path on each); exporters and servers serve HTTPS with it."""
-    key_file: str
+    key_file: AbsolutePath
     """Private key of `cert_file`, readable by the exporters' and servers' users."""
-    ca_file: str | None = None
+    ca_file: AbsolutePath | None = None
     """CA bundle on the monitoring hosts that Prometheus and Grafana verify the certificates with; omitted means
     the system's trust store."""
 
@@ -84,13 +96,13 @@ PackageSource = Annotated[
 class DcgmExporter(Model):
     source: Literal["container", "package"] = "container"
     """`container`: NVIDIA's image run by the node's container runtime; `package`: the exporter's package."""
-    image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+    image: ImageRef = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
     """Image for the container source; point it at a local registry for air-gapped sites."""
     runtime: Literal["docker", "podman"] = "docker"
     """Container runtime that runs the image (container source)."""
     package_source: PackageSource = NvidiaRepoSource(type="nvidia")
     """Where the package comes from (package source): NVIDIA's CUDA repository, a mirror, or local files."""
-    job_mapping_dir: str = "/var/lib/dcgm-exporter/job-mapping"
+    job_mapping_dir: AbsolutePath = "/var/lib/dcgm-exporter/job-mapping"
     """On Slurm clusters: folder of GPU-to-job files the prolog writes and the exporter reads (`hpc_job` label)."""
 
 
@@ -109,10 +121,11 @@ class Monitoring(Model):
     """Where Alertmanager sends alerts, by name."""
     routes: Routes = Routes()
     """Receivers per severity."""
-    tls: Tls | None = None
-    """Serve every exporter, Prometheus, Alertmanager and Grafana over HTTPS with these files."""
-    basic_auth: bool = False
-    """Protect every exporter, Prometheus and Alertmanager with a generated basic-auth password (Grafana has its
-    own login, with a generated admin password)."""
+    tls: bool | Tls = False
+    """Serve every exporter, Prometheus, Alertmanager and Grafana over HTTPS: `true` with a CA and certificates
+    that gpuinfra generates into the secrets folder, or the site's own files."""
+    basic_auth: bool = True
+    """Protect every exporter, Prometheus and Alertmanager with generated basic-auth credentials, one per service
+    (Grafana has its own login, with a generated admin password). false leaves the endpoints open."""
     dcgm_exporter: DcgmExporter = DcgmExporter()
     """How the GPU metrics exporter runs on the GPU nodes."""

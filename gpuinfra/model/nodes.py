@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from .base import Model, PositiveInt
+from ..validate.grammar import (
+    AbsolutePath,
+    Address,
+    ControllerPath,
+    GpuModelName,
+    GpuSelector,
+    HostlistExpr,
+    Hostname,
+    LabelKey,
+    LabelValue,
+    LayoutName,
+    Port,
+    PositiveInt,
+    UnixName,
+)
+from .base import Model
 
 # What a host does. Roles become Ansible inventory groups; hosts never carry role booleans.
 Role = Literal[
@@ -17,31 +32,29 @@ ROLES: tuple[str, ...] = get_args(Role)
 
 OperatingSystem = Literal["debian12", "ubuntu22.04", "ubuntu24.04", "rhel9"]
 
-Hostname = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")]
-
 
 class Bastion(Model):
-    host: str
+    host: Address
     """Address of the jump host every SSH connection goes through."""
-    user: str | None = None
-    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: UnixName | None = None
+    port: Port = 22
 
 
 class Connection(Model):
-    user: str = "root"
+    user: UnixName = "root"
     """Remote user Ansible logs in as; privilege escalation uses sudo when it is not root."""
-    port: Annotated[int, Field(ge=1, le=65535)] = 22
-    ssh_key: str | None = None
+    port: Port = 22
+    ssh_key: ControllerPath | None = None
     """Private key file; relative paths are taken from the cluster file's folder."""
     bastion: Bastion | None = None
     host_key_checking: bool = True
     """Keep SSH host key checking on unless the fleet's keys are managed elsewhere."""
-    known_hosts_file: str | None = None
-    python_interpreter: str = "/usr/bin/python3"
+    known_hosts_file: ControllerPath | None = None
+    python_interpreter: AbsolutePath = "/usr/bin/python3"
 
 
 class Gpu(Model):
-    model: str
+    model: GpuModelName
     """GPU model name from the catalog, e.g. H100-SXM5-80GB (see `gpuinfra schema`)."""
     count: Annotated[int, Field(ge=1, le=16)]
     """GPUs per host."""
@@ -53,25 +66,22 @@ class Gpu(Model):
 
 
 class Taint(Model):
-    key: str
-    value: str = ""
+    key: LabelKey
+    value: LabelValue = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
-
-
-GpuSelector = Annotated[str, StringConstraints(pattern=r"^(all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$")]
 
 
 class MigAssignment(Model):
     gpus: GpuSelector = "all"
     """GPU indices the layout applies to: `all`, `0-3`, or `0,2,4-5`."""
-    layout: str
+    layout: LayoutName
     """Name of a layout under `mig.layouts`, or of a config in `mig.parted_file`."""
 
 
 class NodeGroup(Model):
-    hosts: list[str] | str
+    hosts: Annotated[list[HostlistExpr], Field(min_length=1, max_length=1000)] | HostlistExpr
     """Hostlist expression(s), e.g. `gpu[01-16]` or `[ctl01, login01]`."""
-    addresses: dict[Hostname, str] = {}
+    addresses: dict[Hostname, Address] = {}
     """Address to reach each host at, when its name does not resolve."""
     roles: Annotated[list[Role], Field(min_length=1)]
     os: OperatingSystem | None = None
@@ -86,7 +96,7 @@ class NodeGroup(Model):
     """Memory per host Slurm may hand out (RealMemory=), in MiB."""
     mig: list[MigAssignment] = []
     """MIG layouts per GPU index range."""
-    labels: dict[str, str] = {}
+    labels: dict[LabelKey, LabelValue] = {}
     """Kubernetes node labels for this group."""
     taints: list[Taint] = []
     """Kubernetes node taints for this group (in addition to `kubernetes.gpu_node_taints`)."""

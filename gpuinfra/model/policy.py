@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import PERCENT_PATTERN, Duration, Model, NonNegativeInt, PositiveInt
+from ..validate.grammar import Duration, NonNegativeInt, Percentage, PositiveInt
+from .base import Model
 
 
 class Health(Model):
@@ -19,7 +20,7 @@ class Health(Model):
 
 
 class Upgrade(Model):
-    max_unavailable: PositiveInt | Annotated[str, Field(pattern=PERCENT_PATTERN)] = 1
+    max_unavailable: PositiveInt | Percentage = 1
     """Nodes out of service at once: a count, or a percentage of the GPU nodes."""
     canary: NonNegativeInt = 1
     """Nodes upgraded alone first."""

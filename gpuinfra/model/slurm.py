@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .base import Model, Name, NonNegativeInt, PositiveInt, SlurmTime, UnixName
+from ..validate.grammar import DecayHalfLife, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
+from .base import Model
 
 
 class Partition(Model):
@@ -38,7 +39,7 @@ class Qos(Model):
 class Account(Model):
     parent: Name | None = None
     """Parent account; top-level accounts hang under root."""
-    description: str | None = None
+    description: Text | None = None
     fairshare: PositiveInt = 1
     qos: list[Name] = []
     default_qos: Name | None = None
@@ -53,7 +54,7 @@ class Priority(Model):
     weight_qos: NonNegativeInt = 1000
     weight_partition: NonNegativeInt = 1000
     weight_job_size: NonNegativeInt = 0
-    decay_half_life: str = Field("7-0", pattern=r"^[0-9]+(-[0-9]+)?(:[0-9]{2}){0,2}$")
+    decay_half_life: DecayHalfLife = "7-0"
     """PriorityDecayHalfLife in Slurm's days-hours form."""
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GpuinfraError
-from ..load import load_cluster
+from ..validate.load import load_cluster
 from . import access, tools
 from .image import DEFAULT_IMAGE, ensure_image
 from .podman import (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpuinfraError
-from ..load import LoadedCluster
+from ..validate.load import LoadedCluster
 
 # Labels mark what the sandbox made, so `down` removes exactly that and `up` never adopts someone else's container.
 LABEL = "gpuinfra.sandbox"

@@ -127,8 +127,8 @@ def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path
 
 def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Path) -> None:
     """tests/infra, as a user runs it against a real fleet: over SSH, with the inventory gpuinfra renders."""
-    from gpuinfra.load import load_cluster
     from gpuinfra.run import cluster_inventory
+    from gpuinfra.validate.load import load_cluster
 
     inventory = tmp_path / "inventory.json"  # the YAML inventory plugin reads JSON as YAML
     inventory.write_text(json.dumps(cluster_inventory(load_cluster(sandbox))))

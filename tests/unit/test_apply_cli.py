@@ -28,11 +28,11 @@ connection:
 node_groups:
   compute:
     hosts: node[1-2]
-    addresses: {node1: 127.0.0.1, node2: 127.0.0.1}
+    addresses: {node1: 127.0.0.1, node2: 127.0.0.2}
     roles: [monitoring]
   ops:
     hosts: ops1
-    addresses: {ops1: 127.0.0.1}
+    addresses: {ops1: 127.0.0.3}
     roles: [monitoring]
 """
 

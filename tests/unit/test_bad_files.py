@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuinfra.errors import InvalidInput
-from gpuinfra.load import load_cluster
+from gpuinfra.validate.load import load_cluster
 
 BAD = Path(__file__).parent / "bad"
 CASES = sorted(p.name for p in BAD.glob("*.yml"))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra import catalog, mig
+from gpuinfra import catalog
 from gpuinfra.catalog import GpuSpec
+from gpuinfra.validate import mig
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = catalog.specs()

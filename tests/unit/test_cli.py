@@ -13,8 +13,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpuinfra.cli import exitcodes, main
-from gpuinfra.load import load_cluster
 from gpuinfra.render.inventory import inventory_yaml
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "inventories").glob("*/cluster.yml"))

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gpuinfra.errors import InvalidInput
-from gpuinfra.load import load_cluster
 from gpuinfra.model import Cluster
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "inventories").glob("*/cluster.yml"))

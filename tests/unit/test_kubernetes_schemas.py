@@ -29,7 +29,8 @@ from test_kubernetes_support import (
     yaml_load_all,
 )
 
-from gpuinfra import catalog, mig
+from gpuinfra import catalog
+from gpuinfra.validate import mig
 
 K8S_EXAMPLES = ["k8s-mig", "mig-mixed", "time-slicing"]
 # The oldest Kubernetes release kubernetes-validate ships that the GPU Operator v25.10 still supports; the schemas of

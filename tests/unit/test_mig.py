@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuinfra import catalog, mig
+from gpuinfra import catalog
 from gpuinfra.catalog import GpuSpec
 from gpuinfra.errors import InvalidInput
-from gpuinfra.load import load_mig_parted
-from gpuinfra.yamlsource import read_yaml, to_plain
+from gpuinfra.validate import mig
+from gpuinfra.validate.load import load_mig_parted
+from gpuinfra.validate.source import read_yaml, to_plain
 
 DATA = Path(__file__).parent / "data" / "mig-parted"
 MIG_SPECS = [s for s in catalog.specs() if s.mig_capable]

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gpuinfra.load import LoadedCluster, load_cluster
 from gpuinfra.render.plan import Rendered, render
 from gpuinfra.render.vars import monitoring
+from gpuinfra.validate.load import LoadedCluster, load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "unit" / "golden" / "monitoring"

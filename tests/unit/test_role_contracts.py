@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from gpuinfra.load import load_cluster
 from gpuinfra.render.inventory import group_vars
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir()) if (ROOT / "roles").exists() else []

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuinfra.load import load_cluster
 from gpuinfra.sandbox import lifecycle
 from gpuinfra.sandbox.podman import PodmanError
 from gpuinfra.sandbox.spec import LABEL, SPEC_LABEL, SandboxSpec, sandbox_spec, spec_digest
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from gpuinfra.cli import exitcodes, main
-from gpuinfra.load import load_cluster
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import known_hosts_text
 from gpuinfra.sandbox.image import INCLUDE, debootstrap_args
 from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest, user_id
 from gpuinfra.sandbox.tools import MissingTools, missing_message, missing_tools, require
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"

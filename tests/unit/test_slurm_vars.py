@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuinfra.load import load_cluster
 from gpuinfra.model import Cluster
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.plan import render
 from gpuinfra.render.vars import CONCERNS, slurm
 from gpuinfra.resolve import resolve
+from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "unit" / "golden" / "slurm"

@@ -6,7 +6,7 @@ One mig-parted v1 configuration serves the whole cluster; each host applies one 
   GPU range with its layout and disables MIG on the GPUs no layout covers;
 - `all-disabled` turns MIG off everywhere.
 
-The entries of every layout come from `gpuinfra.mig.render_parted`, so each carries the device filter (PCI IDs)
+The entries of every layout come from `gpuinfra.validate.mig.render_parted`, so each carries the device filter (PCI IDs)
 of the GPU model it was checked against. The GPU Operator's MIG manager reads the same configuration
 (`kubernetes.py` beside this module).
 """
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from ... import catalog, mig
+from ... import catalog
 from ...resolve import Host, ResolvedCluster
-from ...yamlsource import read_yaml, to_plain
+from ...validate import mig
 from ..artifacts import Artifact
 
 # The mig role runs on GPU hosts outside Kubernetes, in practice Slurm compute nodes; on k8s_gpu_worker hosts the
@@ -40,17 +39,9 @@ GPU_ACCESS_FROM_HOST = "{{ not (gpuinfra_gpu_emulated | default(false) | bool) }
 
 
 def layouts(rc: ResolvedCluster) -> dict[str, dict[str, int]]:
-    """Layout name -> {profile: count}: the inline layouts and those of the cluster's mig-parted file.
-
-    The file was checked when the cluster file was loaded; a relative path is read from the current directory.
-    """
-    out: dict[str, dict[str, int]] = {}
-    parted = rc.model.mig.parted_file
-    if parted and Path(parted).exists():
-        configs, _problems = mig.parse_parted(to_plain(read_yaml(Path(parted)).data))
-        out.update(mig.uniform_layouts(configs))
-    out.update({name: dict(profiles) for name, profiles in rc.model.mig.layouts.items()})
-    return out
+    """Layout name -> {profile: count}: those of the cluster's mig-parted file (read once, when it was validated)
+    and the inline ones."""
+    return {name: dict(profiles) for name, profiles in rc.layouts.items()}
 
 
 def _group_hosts(hosts: Iterable[Host]) -> dict[str, Host]:

@@ -18,7 +18,8 @@ import hostlist
 
 from ...model import Cluster, NodeGroup
 from ...model.slurm import Account, Qos, Slurm
-from ...resolve import ResolvedCluster, expand_hosts
+from ...resolve import ResolvedCluster
+from ...validate.hosts import expand_hosts
 from ..artifacts import Artifact
 from . import mig as mig_vars
 

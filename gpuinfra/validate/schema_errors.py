@@ -16,9 +16,8 @@ from typing import Any, Union
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from .errors import Diagnostic
-from .model.base import PATTERN_HINTS
-from .yamlsource import YamlSource
+from ..errors import Diagnostic
+from .source import YamlSource
 
 Loc = tuple[str | int, ...]
 
@@ -98,9 +97,6 @@ def _message(error: ErrorDetails, expected: Any) -> str:
         return f"expected a string, got {value!r}: quote it"
     if kind == "literal_error":
         return f"{value!r} is not allowed; {error['msg'][len('Input should be ') :]}"
-    if kind == "string_pattern_mismatch":
-        pattern = str(error.get("ctx", {}).get("pattern"))
-        return f"{value!r} is not {PATTERN_HINTS.get(pattern, f'of the form {pattern}')}"
     if kind == "int_type":
         return f"expected a whole number, got {value!r}"
     if kind == "value_error":

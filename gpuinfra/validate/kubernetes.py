@@ -1,0 +1,244 @@
+"""Kubernetes rules: tenants' namespaces, and quotas and limits against the GPU capacity the workers advertise.
+
+Capacity findings are warnings, not errors: a site may overcommit quotas on purpose, or add nodes later.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+
+from ..model.kubernetes import Kubernetes, Tenant
+from ..resolve import Host, ResolvedCluster
+from .grammar import DNS_LABEL_PATTERN
+from .report import Report
+from .source import Loc
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+WORKER_ROLE = "k8s_gpu_worker"
+K8S_ROLES = {"k8s_control", WORKER_ROLE}
+
+
+def check(rc: ResolvedCluster, report: Report) -> None:
+    k8s = rc.model.kubernetes
+    if k8s is None:
+        return
+    if not {role for host in rc.hosts.values() for role in host.roles} & K8S_ROLES:
+        report.error(("kubernetes",), "no host has a k8s_control or k8s_gpu_worker role")
+        return
+    seen: dict[str, str] = {}
+    for name, tenant in k8s.tenants.items():
+        if tenant.namespace is None and not re.fullmatch(DNS_LABEL_PATTERN, name):
+            report.error(
+                ("kubernetes", "tenants", name),
+                f"{name!r} is not a valid Kubernetes namespace name (letters, digits and '-' only): "
+                "set its `namespace`",
+            )
+        namespace = tenant.namespace or name
+        if namespace in seen:
+            report.error(
+                ("kubernetes", "tenants", name), f"shares the namespace {namespace!r} with tenant {seen[namespace]!r}"
+            )
+        seen.setdefault(namespace, name)
+    for loc, message in capacity_warnings(rc):
+        report.warning(loc, message)
+
+
+def gpu_resources(k8s: Kubernetes) -> list[str]:
+    """The extended resources a tenant's gpu_quota limits; the last is the one full GPUs are advertised as."""
+    if k8s.time_slicing and k8s.time_slicing.rename_by_default:
+        return [GPU_RESOURCE, SHARED_GPU_RESOURCE]
+    return [GPU_RESOURCE]
+
+
+def host_capacity(host: Host, k8s: Kubernetes, layouts: Mapping[str, Mapping[str, int]]) -> Counter[str]:
+    """Extended resources one GPU worker advertises: full GPUs (times time-slicing replicas) and MIG slices.
+
+    Under `mixed` each slice is `nvidia.com/mig-<profile>`; under `single` slices count as `nvidia.com/gpu` (and are
+    time-sliced like full GPUs); under `none` the device plugin ignores MIG and advertises nothing for those GPUs.
+    """
+    out: Counter[str] = Counter()
+    mig_gpus = [i for i in host.mig_layouts if i < host.gpu_count]
+    full = host.gpu_count - len(mig_gpus)
+    slices: Counter[str] = Counter()
+    for index in mig_gpus:
+        slices.update(layouts.get(host.mig_layouts[index], {}))
+    if k8s.mig_strategy == "mixed":
+        for profile, count in slices.items():
+            out[MIG_RESOURCE_PREFIX + profile] += count
+    elif k8s.mig_strategy == "single":
+        full += sum(slices.values())
+    replicas = k8s.time_slicing.replicas if k8s.time_slicing else 1
+    if full:
+        out[gpu_resources(k8s)[-1]] += full * replicas
+    return out
+
+
+def gpu_capacity(rc: ResolvedCluster) -> Counter[str]:
+    """Extended resources all k8s_gpu_worker hosts advertise together."""
+    k8s = rc.model.kubernetes
+    total: Counter[str] = Counter()
+    if k8s is None:
+        return total
+    layouts = rc.layouts
+    for host in rc.with_role(WORKER_ROLE):
+        total.update(host_capacity(host, k8s, layouts))
+    return total
+
+
+def capacity_warnings(rc: ResolvedCluster) -> list[tuple[Loc, str]]:
+    """Quotas and limits the GPU workers cannot satisfy, and settings the operator or device plugin will not honour.
+
+    Each finding is (path in the cluster file, message). They are warnings, not errors: a site may overcommit quotas
+    on purpose, or add nodes later.
+    """
+    k8s = rc.model.kubernetes
+    if k8s is None:
+        return []
+    out = _operator_warnings(rc, k8s)
+    workers = rc.with_role(WORKER_ROLE)
+    layouts = rc.layouts
+    capacity = gpu_capacity(rc)
+    gpu_name = gpu_resources(k8s)[-1]
+    largest = max((host_capacity(h, k8s, layouts)[gpu_name] for h in workers), default=0)
+    sharing = f" ({k8s.time_slicing.replicas} time-sliced replicas per GPU)" if k8s.time_slicing else ""
+    for name, tenant in k8s.tenants.items():
+        loc: Loc = ("kubernetes", "tenants", name)
+        if tenant.gpu_quota > capacity[gpu_name]:
+            out.append(
+                (
+                    (*loc, "gpu_quota"),
+                    f"{tenant.gpu_quota} {gpu_name} is more than the k8s_gpu_worker hosts provide: "
+                    f"{capacity[gpu_name]}{sharing}",
+                )
+            )
+        out.extend(_mig_quota_warnings(loc, tenant, k8s, capacity))
+        limits = tenant.gpus_per_container
+        if limits is None:
+            continue
+        if limits.min > limits.max:
+            out.append(((*loc, "gpus_per_container", "min"), f"min {limits.min} is above max {limits.max}"))
+        if limits.max > largest:
+            out.append(
+                (
+                    (*loc, "gpus_per_container", "max"),
+                    f"{limits.max} {gpu_name} per container is more than any k8s_gpu_worker host has ({largest}), "
+                    "so such a pod never schedules",
+                )
+            )
+        ts = k8s.time_slicing
+        if ts and ts.fail_requests_greater_than_one and limits.max > 1:
+            out.append(
+                (
+                    (*loc, "gpus_per_container", "max"),
+                    f"time-slicing rejects containers that ask for more than one shared GPU "
+                    f"(fail_requests_greater_than_one), so a max of {limits.max} is never usable; set max: 1",
+                )
+            )
+    out.extend(_overcommit_warnings(k8s, capacity, gpu_name, sharing))
+    return out
+
+
+def _operator_warnings(rc: ResolvedCluster, k8s: Kubernetes) -> list[tuple[Loc, str]]:
+    out: list[tuple[Loc, str]] = []
+    layouts = rc.layouts
+    mig_hosts = [h for h in rc.with_role(WORKER_ROLE) if h.mig_layouts]
+    if mig_hosts and k8s.mig_strategy == "none":
+        groups = ", ".join(sorted({h.group for h in mig_hosts}))
+        out.append(
+            (
+                ("kubernetes", "mig_strategy"),
+                f"k8s_gpu_worker node groups {groups} have MIG layouts but mig_strategy is none, so the device plugin "
+                "does not advertise their slices; set mixed (or single)",
+            )
+        )
+    if k8s.mig_strategy == "single":
+        for host in mig_hosts:
+            profiles = {p for name in host.mig_layouts.values() for p in layouts.get(name, {})}
+            if len(profiles) > 1 or len(host.mig_layouts) < host.gpu_count:
+                out.append(
+                    (
+                        ("kubernetes", "mig_strategy"),
+                        f"the single strategy needs every GPU of a node in MIG mode with one profile, but node group "
+                        f"{host.group!r} has {', '.join(sorted(profiles))} on {len(host.mig_layouts)} of "
+                        f"{host.gpu_count} GPUs; use mixed",
+                    )
+                )
+                break
+    driver = rc.model.driver
+    if k8s.gpu_operator.driver == "operator" and driver is not None and driver.version is None:
+        out.append(
+            (
+                ("driver", "branch"),
+                f"the GPU Operator's driver container takes an exact version; with only branch {driver.branch} it "
+                "installs its chart's default driver. Pin driver.version",
+            )
+        )
+    return out
+
+
+def _mig_quota_warnings(loc: Loc, tenant: Tenant, k8s: Kubernetes, capacity: Counter[str]) -> list[tuple[Loc, str]]:
+    if not tenant.mig_quota:
+        return []
+    if k8s.mig_strategy != "mixed":
+        return [
+            (
+                (*loc, "mig_quota"),
+                f"MIG quotas need mig_strategy: mixed (it is {k8s.mig_strategy}); they are not applied",
+            )
+        ]
+    out: list[tuple[Loc, str]] = []
+    for profile, count in tenant.mig_quota.items():
+        have = capacity[MIG_RESOURCE_PREFIX + profile]
+        if have == 0:
+            known = sorted(r.removeprefix(MIG_RESOURCE_PREFIX) for r in capacity if r.startswith(MIG_RESOURCE_PREFIX))
+            out.append(
+                (
+                    (*loc, "mig_quota", profile),
+                    f"no k8s_gpu_worker host has {profile} MIG slices (available: {', '.join(known) or 'none'})",
+                )
+            )
+        elif count > have:
+            out.append(
+                (
+                    (*loc, "mig_quota", profile),
+                    f"{count} {profile} slices is more than the k8s_gpu_worker hosts provide: {have}",
+                )
+            )
+    return out
+
+
+def _overcommit_warnings(k8s: Kubernetes, capacity: Counter[str], gpu_name: str, sharing: str) -> list[tuple[Loc, str]]:
+    """Quotas that fit one by one but not together (only with two or more tenants; one is reported above)."""
+    out: list[tuple[Loc, str]] = []
+    loc: Loc = ("kubernetes", "tenants")
+    total = sum(t.gpu_quota for t in k8s.tenants.values())
+    if total > capacity[gpu_name] and len(k8s.tenants) > 1:
+        out.append(
+            (
+                loc,
+                f"the tenants' gpu_quota add up to {total} {gpu_name}, more than the {capacity[gpu_name]} the "
+                f"k8s_gpu_worker hosts provide{sharing}: quotas are overcommitted",
+            )
+        )
+    if k8s.mig_strategy != "mixed":
+        return out
+    totals: Counter[str] = Counter()
+    holders: Counter[str] = Counter()
+    for tenant in k8s.tenants.values():
+        totals.update(tenant.mig_quota)
+        holders.update(tenant.mig_quota.keys())
+    for profile, count in sorted(totals.items()):
+        have = capacity[MIG_RESOURCE_PREFIX + profile]
+        if have and count > have and holders[profile] > 1:
+            out.append(
+                (
+                    loc,
+                    f"the tenants' {profile} MIG quotas add up to {count}, more than the {have} slices the "
+                    "k8s_gpu_worker hosts provide: quotas are overcommitted",
+                )
+            )
+    return out

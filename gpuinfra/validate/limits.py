@@ -1,0 +1,17 @@
+"""Bounds on what a cluster file may cost to read, so that any input is answered in bounded time and memory.
+
+Each limit is far above what a real cluster needs (inventories/large-1000 is 4 KiB and 32 levels would be a very
+strange file) and low enough that rejecting an input that hits it takes well under a second.
+"""
+
+MAX_FILE_BYTES = 1024 * 1024
+"""A cluster file or a file it references (a mig-parted config) is read only up to this size."""
+
+MAX_NODES = 100_000
+"""YAML nodes after every alias is expanded: an alias bomb is refused before it is built."""
+
+MAX_DEPTH = 32
+"""Nesting of mappings and sequences."""
+
+MAX_HOSTS = 100_000
+"""Hosts in a cluster, after every hostlist expression is expanded."""

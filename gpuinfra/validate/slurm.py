@@ -1,0 +1,167 @@
+"""Slurm rules: one controller, partitions name real groups, accounts and QoS; the account tree and the QoS
+preemption graph have no cycles; limits fit the cluster's GPUs."""
+
+from __future__ import annotations
+
+from ..model import Cluster
+from ..resolve import ResolvedCluster
+from .report import Report, suggest
+
+SLURM_ROLES = {"slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute"}
+
+
+def check(rc: ResolvedCluster, report: Report) -> None:
+    model = rc.model
+    slurm = model.slurm
+    if slurm is None:
+        used = {role for host in rc.hosts.values() for role in host.roles} & SLURM_ROLES
+        if used:
+            report.error(
+                ("node_groups",),
+                f"hosts have Slurm roles ({', '.join(sorted(used))}) but there is no "
+                "`slurm:` section; add one with at least one partition",
+            )
+        return
+    controllers = rc.with_role("slurm_controller")
+    if len(controllers) != 1:
+        names = ", ".join(h.name for h in controllers) or "none"
+        report.error(("slurm",), f"needs exactly one host with the slurm_controller role (found {names})")
+    if slurm.accounting and not rc.with_role("slurm_dbd"):
+        report.error(("slurm", "accounting"), "needs a host with the slurm_dbd role; add one or set accounting: false")
+    _partitions(model, report)
+    _qos(model, report)
+    _accounts(model, report)
+    _capacity(rc, report)
+
+
+def _partitions(model: Cluster, report: Report) -> None:
+    assert model.slurm is not None
+    slurm = model.slurm
+    compute_groups = [n for n, g in model.node_groups.items() if "slurm_compute" in g.roles]
+    defaults = [name for name, p in slurm.partitions.items() if p.default]
+    if len(defaults) > 1:
+        report.error(
+            ("slurm", "partitions", defaults[1], "default"),
+            f"only one partition can be the default (also: {defaults[0]!r})",
+        )
+    for name, part in slurm.partitions.items():
+        for i, group in enumerate(part.node_groups):
+            if group not in compute_groups:
+                what = "has no slurm_compute role" if group in model.node_groups else "is not a node group"
+                report.error(
+                    ("slurm", "partitions", name, "node_groups", i),
+                    f"{group!r} {what}; {suggest(group, compute_groups)}",
+                )
+        for i, account_name in enumerate(part.allow_accounts):
+            if account_name not in slurm.accounts:
+                report.error(
+                    ("slurm", "partitions", name, "allow_accounts", i),
+                    f"account {account_name!r} is not defined under slurm.accounts; "
+                    f"{suggest(account_name, list(slurm.accounts))}",
+                )
+        if part.qos and part.qos not in slurm.qos:
+            report.error(
+                ("slurm", "partitions", name, "qos"),
+                f"QoS {part.qos!r} is not defined under slurm.qos; {suggest(part.qos, list(slurm.qos))}",
+            )
+
+
+def _qos(model: Cluster, report: Report) -> None:
+    assert model.slurm is not None
+    slurm = model.slurm
+    for name, qos in slurm.qos.items():
+        for i, other in enumerate(qos.preempt):
+            if other == name:
+                report.error(("slurm", "qos", name, "preempt", i), "a QoS cannot preempt its own jobs")
+            elif other not in slurm.qos:
+                report.error(
+                    ("slurm", "qos", name, "preempt", i),
+                    f"QoS {other!r} is not defined; {suggest(other, list(slurm.qos))}",
+                )
+        if qos.preempt and slurm.preempt_mode == "off":
+            report.warning(
+                ("slurm", "qos", name, "preempt"),
+                "preemption is off cluster-wide (slurm.preempt_mode: off), so this has no effect",
+            )
+    graph = {name: [o for o in qos.preempt if o in slurm.qos and o != name] for name, qos in slurm.qos.items()}
+    for cycle in _cycles(graph):
+        report.error(
+            ("slurm", "qos", cycle[0], "preempt"),
+            f"QoS preempt each other in a cycle: {' -> '.join([*cycle, cycle[0]])}; "
+            "jobs would preempt each other back and forth",
+        )
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group of nodes that reach themselves, each listed from its first node in
+    file order (a depth-first search that reports a back edge once per group)."""
+    order = {name: i for i, name in enumerate(graph)}
+    state: dict[str, str] = {}
+    found: list[list[str]] = []
+    reported: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                cycle = path[path.index(nxt) :]
+                if not reported & set(cycle):
+                    start = min(cycle, key=order.__getitem__)
+                    i = cycle.index(start)
+                    found.append(cycle[i:] + cycle[:i])
+                    reported.update(cycle)
+            elif nxt not in state:
+                visit(nxt, path)
+        path.pop()
+        state[node] = "done"
+
+    for node in graph:
+        if node not in state:
+            visit(node, [])
+    return found
+
+
+def _accounts(model: Cluster, report: Report) -> None:
+    assert model.slurm is not None
+    slurm = model.slurm
+    for name, account in slurm.accounts.items():
+        if account.parent and account.parent not in slurm.accounts:
+            report.error(
+                ("slurm", "accounts", name, "parent"),
+                f"account {account.parent!r} is not defined; {suggest(account.parent, list(slurm.accounts))}",
+            )
+        for i, qos_name in enumerate(account.qos):
+            if qos_name not in slurm.qos:
+                report.error(
+                    ("slurm", "accounts", name, "qos", i),
+                    f"QoS {qos_name!r} is not defined under slurm.qos; {suggest(qos_name, list(slurm.qos))}",
+                )
+        if account.default_qos and account.default_qos not in account.qos:
+            report.error(
+                ("slurm", "accounts", name, "default_qos"),
+                f"{account.default_qos!r} must also be listed in this account's qos",
+            )
+    parents = {name: [a.parent] if a.parent in slurm.accounts else [] for name, a in slurm.accounts.items()}
+    for cycle in _cycles(parents):
+        report.error(
+            ("slurm", "accounts", cycle[0], "parent"), f"accounts form a cycle: {' -> '.join([*cycle, cycle[0]])}"
+        )
+
+
+def _capacity(rc: ResolvedCluster, report: Report) -> None:
+    assert rc.model.slurm is not None
+    slurm = rc.model.slurm
+    capacity = sum(h.gpu_count for h in rc.with_role("slurm_compute"))
+    for name, qos in slurm.qos.items():
+        for key, limit in (("max_gpus_per_user", qos.max_gpus_per_user), ("max_gpus_per_job", qos.max_gpus_per_job)):
+            if limit and limit > capacity:
+                report.warning(
+                    ("slurm", "qos", name, key), f"{limit} GPUs is more than the cluster's {capacity} Slurm GPUs"
+                )
+    for name, account in slurm.accounts.items():
+        if account.max_gpus and account.max_gpus > capacity:
+            report.warning(
+                ("slurm", "accounts", name, "max_gpus"),
+                f"{account.max_gpus} GPUs is more than the cluster's {capacity} Slurm GPUs",
+            )
