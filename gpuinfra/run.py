@@ -4,7 +4,9 @@ Every run gets a private run directory (0700, removed afterwards) holding the in
 repository root the collection `gpuinfra.cluster`, runner tuning settings and runner's artifacts. Secrets never go
 there: no passwords, ssh keys, extra vars or environment files are written.
 
-The outcome comes from runner's status and rc and from Ansible's final stats, never from parsing output.
+The outcome comes from runner's status and rc and from Ansible's final stats, never from parsing output. What a run
+reports (task names, diffs, failure messages, Ansible's errors and warnings) is redacted: nothing of a `no_log`
+task's result, no password hash and no content of a file in the cluster's secrets folders (gpuinfra/redact.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import ansible_runner
 
 from .errors import GpuinfraError
 from .progress import Change, Event, Failure, HostStats, RunProgress, Update
+from .redact import Redactor, secrets_folders
 from .render.inventory import inventory_yaml
 from .validate.load import LoadedCluster
 
@@ -89,6 +92,16 @@ class RunResult:
     @property
     def changed(self) -> bool:
         return any(stats.changed for stats in self.hosts.values())
+
+    def redacted(self, redact: Callable[[str], str]) -> RunResult:
+        """The same result with `redact` applied to every text that came from the run."""
+        return dataclasses.replace(
+            self,
+            failures=[dataclasses.replace(f, task=redact(f.task), message=redact(f.message)) for f in self.failures],
+            changes=[dataclasses.replace(c, task=redact(c.task), diff=redact(c.diff)) for c in self.changes],
+            errors=[redact(e) for e in self.errors],
+            warnings=[redact(w) for w in self.warnings],
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -259,7 +272,8 @@ def run_playbook(
     """
     options = options or RunOptions()
     playbook = playbook_path(options.playbook)
-    progress = RunProgress(hosts or [])
+    folders = secrets_folders(inventory, options.extra_vars)
+    progress = RunProgress(hosts or [], redact=Redactor.from_folders(folders))
     cancelled = threading.Event()
     callback_error: list[BaseException] = []
 
@@ -309,7 +323,7 @@ def run_playbook(
     def by_host(item: Failure | Change) -> int:
         return order[item.host]
 
-    return RunResult(
+    result = RunResult(
         outcome=_outcome(status, rc, progress),
         status=status,
         rc=rc,
@@ -322,3 +336,5 @@ def run_playbook(
         warnings=list(progress.warnings),
         duration_s=time.monotonic() - started,
     )
+    # Again with what the folders hold now: the run may have generated secrets that were not there at its start.
+    return result.redacted(Redactor.from_folders(folders))

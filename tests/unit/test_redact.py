@@ -1,12 +1,15 @@
 """No secret in what a run reports: nothing of a no_log task, no password hash, nothing from the secrets folders.
 
 The events are built the way ansible-runner sends them (ansible-core 2.19 replaces a no_log result by a
-`censored` note).
+`censored` note); the last test runs a real `ansible-playbook --check --diff` on this machine.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,9 @@ import pytest
 
 from gpuinfra.progress import HIDDEN, HIDDEN_DIFF, RunProgress
 from gpuinfra.redact import REDACTED, Redactor, secrets_folders
+from gpuinfra.run import Outcome, RunOptions, run_playbook
+
+PLAYBOOKS = Path(__file__).parent / "data" / "playbooks"
 
 # Hashes in the shapes crypt(3) writes: bcrypt, SHA-512-crypt with rounds, yescrypt.
 BCRYPT = "$2b$12$SDZBgvA6cWRE7h8YVdP38OeMqJUz0lXo3ivCYkv4UiE8R6nnEFvZi"
@@ -108,3 +114,45 @@ def test_diffs_messages_names_and_ansible_errors_go_through_the_redactor(tmp_pat
     assert f"+admin: {REDACTED}" in change.diff and f"+password={REDACTED}" in change.diff
     assert "Zq8pXn2vLmR4tYw6" not in progress.failures[0].message
     assert progress.errors == [f'Task failed: bad value\n5     hash: "{REDACTED}"']
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home folder of the test's own, holding cluster demo's secrets where the roles keep them."""
+    home = tmp_path / "home"
+    secrets = home / ".local" / "share" / "gpuinfra" / "demo" / "secrets"
+    secrets.mkdir(parents=True)
+    (secrets / "db-password").write_text("Zq8pXn2vLmR4tYw6\n")
+    (secrets / "munge.key").write_text("k" * 40 + "MungeKeyMaterial\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return home
+
+
+def test_a_real_check_diff_run_reports_no_secret(home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    inventory = {
+        "all": {
+            "vars": {"gpuinfra_cluster_name": "demo"},
+            "hosts": {"n1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+        }
+    }
+    options = RunOptions(
+        playbook=PLAYBOOKS / "secrets.yml",
+        check=True,
+        diff=True,
+        extra_vars={"target_dir": str(target), "admin_hash": BCRYPT},
+    )
+    result = run_playbook(inventory, options)
+    assert result.outcome is Outcome.FAILED
+    report = json.dumps(result.as_dict())
+    for secret in ("Zq8pXn2vLmR4tYw6", "MungeKeyMaterial", BCRYPT, BCRYPT[7:]):
+        assert secret not in report
+    # The diffs were there, and shown with the secrets taken out.
+    diffs = {change.task: change.diff for change in result.changes}
+    assert f"+password={REDACTED}" in diffs["Write the database password into a configuration file"]
+    assert f"+  admin: {REDACTED}" in diffs["Write a web password hash"]
+    (failure,) = result.failures
+    assert failure.message == f"cannot log in as slurm with {REDACTED}"
+    assert os.listdir(target) == []  # check mode
