@@ -105,6 +105,7 @@ def secrets_folders(inventory: Mapping[str, Any], extra_vars: Mapping[str, Any] 
     if all_group is not None and isinstance(all_group.get("vars"), Mapping):
         variables.update(all_group["vars"])
     variables.update(extra_vars or {})
+    variables = {key: _plain(value) for key, value in variables.items()}
     found: list[Path] = []
     name = variables.get("gpuinfra_cluster_name")
     if isinstance(name, str) and name and "/" not in name and name not in (".", ".."):
@@ -113,3 +114,10 @@ def secrets_folders(inventory: Mapping[str, Any], extra_vars: Mapping[str, Any] 
         if key.endswith("secrets_dir") and isinstance(value, str) and value.strip() and "{" not in value:
             found.append(Path(value.strip()).expanduser())
     return list(dict.fromkeys(path for path in found if path.is_absolute()))
+
+
+def _plain(value: Any) -> Any:
+    """A string the inventory marks unsafe (`{"__ansible_unsafe": "..."}`, the JSON form of `!unsafe`) as itself."""
+    if isinstance(value, Mapping) and list(value) == ["__ansible_unsafe"]:
+        return value["__ansible_unsafe"]
+    return value

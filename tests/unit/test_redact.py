@@ -81,6 +81,9 @@ def test_secrets_folders_are_the_clusters_default_and_every_plain_secrets_dir(
         tmp_path / "vault",
     ]
     assert secrets_folders({}) == []
+    # The inventory gpuinfra renders marks every string unsafe.
+    marked = {"all": {"vars": {"gpuinfra_cluster_name": {"__ansible_unsafe": "demo"}}}}
+    assert secrets_folders(marked) == [tmp_path / ".local" / "share" / "gpuinfra" / "demo"]
 
 
 def test_a_no_log_change_is_listed_without_its_diff() -> None:
@@ -134,7 +137,8 @@ def test_a_real_check_diff_run_reports_no_secret(home: Path, tmp_path: Path) -> 
     target.mkdir()
     inventory = {
         "all": {
-            "vars": {"gpuinfra_cluster_name": "demo"},
+            # As gpuinfra's inventory gives it: marked unsafe.
+            "vars": {"gpuinfra_cluster_name": {"__ansible_unsafe": "demo"}},
             "hosts": {"n1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
         }
     }
