@@ -23,7 +23,10 @@ class SshError(GpuinfraError):
 
 
 def ensure_state_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Make the state folder 0700, and any folder created on the way to it (the cluster's secrets folder)."""
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
     path.chmod(0o700)
 
 

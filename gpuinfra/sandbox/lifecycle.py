@@ -32,6 +32,7 @@ from .spec import (
     SPEC_LABEL,
     ContainerSpec,
     SandboxSpec,
+    check_state_folder,
     network_create_args,
     run_args,
     sandbox_spec,
@@ -98,6 +99,7 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
     """Make the sandbox of a cluster file exist and accept SSH; returns what changed."""
     tools.require(tools.LIFECYCLE_TOOLS)
     spec = load_spec(path, image)
+    check_state_folder(spec, path)
     changes: list[str] = []
     if image == DEFAULT_IMAGE:
         if ensure_image(image).built:

@@ -3,7 +3,9 @@
 The cluster file is the single source of truth. Each host's `addresses` entry is the fixed address its container
 gets, so the committed file reaches the containers with no generated inventory; all addresses share one /24, which
 becomes the network's subnet. `connection.ssh_key` and `connection.known_hosts_file` name where `up` writes the
-generated key pair and the recorded host keys (the state folder, outside git).
+generated key pair and the recorded host keys: the state folder, which must lie outside any git work tree (the
+committed sandbox uses ~/.local/share/gpuinfra/sandbox/ssh/), so that no private key is ever written into a
+repository, where a commit or a collection build would pick it up.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ ULIMITS = ("nofile=1024:1024", "nproc=4096:4096")
 # Fake GPUs are /dev/null mapped to the NVIDIA device names: enough for slurmd's gres.conf and for checks of
 # device files; no driver can talk to them (see Gpu.emulated).
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
+# The folder this checkout of gpuinfra (or, installed, its site-packages) lives in: never a place for a key.
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class SandboxConfigError(GpuinfraError):
@@ -83,7 +87,7 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
     if not conn.ssh_key or not conn.known_hosts_file:
         problems.append(
             "set connection.ssh_key and connection.known_hosts_file: the sandbox writes its key pair and "
-            "host keys there (e.g. ../../.gpuinfra/sandbox/id_ed25519 and .../known_hosts)"
+            "host keys there (e.g. ~/.local/share/gpuinfra/NAME/ssh/id_ed25519 and .../known_hosts)"
         )
     base = loaded.path.resolve().parent
     ssh_key = _path(base, conn.ssh_key or "id_ed25519")
@@ -136,6 +140,33 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
 def user_id(name: str) -> int:
     """The same uid for a user on every host, as a directory service gives (10000-59999, stable per name)."""
     return 10000 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 50000
+
+
+def check_state_folder(spec: SandboxSpec, file: str | Path) -> None:
+    """Refuse a state folder inside a repository: `up` writes the private key there. (`status` and `down` do not
+    check, so that a sandbox made with such a file can still be taken down.)"""
+    repository = repository_of(spec.state_dir)
+    if repository is not None:
+        raise SandboxConfigError(
+            f"{file} cannot be a sandbox:\n  - connection.ssh_key is inside {repository}: the sandbox writes a "
+            "private key there, and no private key may be written into a repository; use a folder outside it, "
+            f"e.g. ~/.local/share/gpuinfra/{spec.cluster}/ssh/id_ed25519"
+        )
+
+
+def repository_of(folder: Path) -> Path | None:
+    """The git work tree (or gpuinfra's own source tree) that holds `folder`, if any.
+
+    A home folder kept in git (dotfiles) does not count: every user data folder is under it.
+    """
+    folder = folder.resolve()
+    if folder.is_relative_to(SOURCE_ROOT):
+        return SOURCE_ROOT
+    home = Path.home().resolve()
+    for candidate in (folder, *folder.parents):
+        if candidate != home and (candidate / ".git").exists():
+            return candidate
+    return None
 
 
 def _path(base: Path, value: str) -> Path:

@@ -109,8 +109,9 @@ def test_the_committed_sandbox_is_a_controller_and_two_emulated_gpu_nodes() -> N
     assert roles["gpu01"] == roles["gpu02"] == {"slurm_compute"}
     assert all(h.gpu_emulated for h in loaded.resolved.gpu_hosts)
     assert loaded.model.slurm is not None and len(loaded.model.slurm.partitions) >= 2
-    # The generated files live in the git-ignored state folder at the repository root.
-    assert spec.state_dir == ROOT / ".gpuinfra" / "sandbox"
+    # The generated key pair lives beside the cluster's other secrets in the home folder, outside the repository.
+    assert spec.state_dir == Path.home() / ".local" / "share" / "gpuinfra" / "sandbox" / "ssh"
+    assert not spec.state_dir.is_relative_to(ROOT)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,87 @@
+"""The sandbox's secrets stay where they belong: its SSH key outside the repository, the cluster's generated
+secrets out of what `gpuinfra apply --check --diff --json` prints.
+
+Runs after test_apply_e2e.py (file order), which leaves a converged sandbox and its generated secrets behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
+SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "sandbox"
+BCRYPT = re.compile(r"\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{22,}")
+
+
+def _missing() -> str | None:
+    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (gpuinfra sandbox needs it)"
+    return None
+
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+
+
+def gpuinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def private_key_files(root: Path) -> list[Path]:
+    """Files under `root` that hold a private key (PEM or OpenSSH), leaving out .git and the venv's packages."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = [d for d in dirs if d != ".git" and here / d != root / ".venv" / "lib"]
+        for name in files:
+            path = here / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            try:
+                with path.open("rb") as source:
+                    head = source.read(200).lstrip()
+            except OSError:
+                continue
+            if head.startswith(b"-----BEGIN ") and b"PRIVATE KEY-----" in head:
+                found.append(path)
+    return found
+
+
+def test_no_private_key_is_written_inside_the_repository() -> None:
+    up = gpuinfra("sandbox", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    state = Path(json.loads(up.stdout)["state_dir"])
+    assert not state.resolve().is_relative_to(ROOT.resolve())
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    key = state / "id_ed25519"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert key.read_text().startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert private_key_files(ROOT) == []
+
+
+def test_apply_check_diff_json_prints_no_secret() -> None:
+    generated = [p for p in SECRETS.rglob("*") if p.is_file() and p.parent.name != "ssh"]
+    if not any(p.name == "munge.key" for p in generated):
+        pytest.skip(f"no apply has generated the sandbox's secrets in {SECRETS} yet")
+    done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--check", "--diff", "--json")
+    assert done.stdout, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["exit_code"] == done.returncode
+    printed = done.stdout + done.stderr
+    assert not BCRYPT.search(printed)
+    for path in generated:
+        for line in path.read_text(errors="replace").splitlines():
+            if len(line.strip()) >= 8:
+                assert line.strip() not in printed, f"{path.name} is in apply's output"
