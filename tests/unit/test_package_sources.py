@@ -1,11 +1,12 @@
 """How the package sources of nvidia_driver, nvidia_container_toolkit and dcgm_exporter are trusted.
 
-Two proofs, each with the real tool:
+Three proofs, each with the real tool:
 - apt's own `apt-get update` reads the .sources file each role renders for a local file:// mirror signed with a key
   generated here, and verifies the mirror's signature with the keyring the file names (a wrong key is refused; an
   unsigned mirror is read only when marked insecure);
 - the roles' key check (tasks/signing-key.yml) runs in ansible-playbook against real gpg, with the matching and a
-  different fingerprint.
+  different fingerprint;
+- the cluster file's fingerprint and insecure flag reach the roles' variables, which the roles declare.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ruamel.yaml import YAML
+
+from gpuinfra.model import Cluster
+from gpuinfra.render.vars import driver, monitoring, toolkit
+from gpuinfra.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -382,3 +387,49 @@ def test_a_file_that_is_no_key_fails_the_check_with_gpgs_words(tmp_path: Path, k
     assert result.returncode != 0
     message = _failure(result)
     assert "of no key (gpg:" in message and "no valid OpenPGP data found" in message, message
+
+
+# --- model -> role variables --------------------------------------------------------------------------------------
+
+
+def _cluster(source: dict[str, Any]) -> Any:
+    data: dict[str, Any] = {
+        "name": "lab",
+        "node_groups": {
+            "gpu": {"hosts": "gpu01", "roles": ["slurm_compute"], "gpu": {"model": "H100-SXM5-80GB", "count": 8}},
+            "ctl": {"hosts": "ctl01", "roles": ["slurm_controller", "monitoring"]},
+        },
+        "driver": {"version": "535.261.03", "source": source},
+        "container_toolkit": {"source": source},
+        "monitoring": {"dcgm_exporter": {"source": "package", "package_source": source}},
+    }
+    return resolve(Cluster.model_validate(data))
+
+
+def _options(role: str) -> dict[str, Any]:
+    return _yaml(ROLES / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"type": "mirror", "url": "https://m.example/nv/", "keyring": "keys/m.asc", "fingerprint": "B" * 40},
+        {"type": "mirror", "url": "http://m.example/nv/", "insecure": True},
+        {"type": "local", "path": "/srv/debs"},
+    ],
+)
+def test_fingerprint_and_insecure_reach_each_role(source: dict[str, Any]) -> None:
+    rc = _cluster(source)
+    rendered = {
+        "nvidia_driver": driver.group_vars(rc),
+        "nvidia_container_toolkit": toolkit.group_vars(rc),
+        "dcgm_exporter": monitoring.group_vars(rc),
+    }
+    for role, out in rendered.items():
+        prefix = SOURCES[role][1]
+        options = _options(role)
+        assert out[f"{prefix}_fingerprint"] == source.get("fingerprint", "")
+        assert out[f"{prefix}_insecure"] is source.get("insecure", False)
+        assert out[f"{prefix}_keyring"] == source.get("keyring", "")
+        for name in ("fingerprint", "insecure"):
+            assert options[f"{prefix}_{name}"]["type"] == {"fingerprint": "str", "insecure": "bool"}[name]

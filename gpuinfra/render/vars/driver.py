@@ -46,6 +46,8 @@ def source_vars(driver: Driver) -> dict[str, Any]:
         "nvidia_driver_source_backports": source.backports if isinstance(source, DistributionSource) else False,
         "nvidia_driver_source_url": source.url if isinstance(source, MirrorSource) else "",
         "nvidia_driver_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
+        "nvidia_driver_source_fingerprint": (source.fingerprint or "") if isinstance(source, MirrorSource) else "",
+        "nvidia_driver_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
         "nvidia_driver_source_path": source.path if isinstance(source, LocalSource) else "",
     }
 

@@ -63,6 +63,10 @@ def _dcgm_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "dcgm_exporter_package_source_type": source.type,
         "dcgm_exporter_package_source_url": source.url if isinstance(source, MirrorSource) else "",
         "dcgm_exporter_package_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
+        "dcgm_exporter_package_source_fingerprint": (
+            (source.fingerprint or "") if isinstance(source, MirrorSource) else ""
+        ),
+        "dcgm_exporter_package_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
         "dcgm_exporter_package_source_path": source.path if isinstance(source, LocalSource) else "",
         "dcgm_exporter_hpc_job_mapping_dir": dcgm.job_mapping_dir if rc.model.slurm is not None else "",
         "dcgm_exporter_listen_host": "0.0.0.0" if mon.listen == "any" else "",

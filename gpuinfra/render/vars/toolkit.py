@@ -45,5 +45,9 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "nvidia_container_toolkit_source_type": source.type,
         "nvidia_container_toolkit_source_url": source.url if isinstance(source, MirrorSource) else "",
         "nvidia_container_toolkit_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
+        "nvidia_container_toolkit_source_fingerprint": (
+            (source.fingerprint or "") if isinstance(source, MirrorSource) else ""
+        ),
+        "nvidia_container_toolkit_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
         "nvidia_container_toolkit_source_path": source.path if isinstance(source, LocalSource) else "",
     }
