@@ -2,6 +2,10 @@
 
 `inventory_list` has the shape `ansible-inventory --list --export` prints; `inventory_yaml` is the same data in
 the YAML inventory plugin's shape, which is what a run directory holds.
+
+A cluster file is data, never code: both hand every string value to Ansible as unsafe (`__ansible_unsafe`, the
+JSON form of `!unsafe`), so Ansible never evaluates one as a template, whatever it holds. The roles template their
+own files with these values; `gpuinfra plan` renders the same templates with the same values, also as data.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from ..resolve import Host, ResolvedCluster
 from .vars import concern_modules
 
 GPU_NODES = "gpu_nodes"
+# The header every generated file starts with (templates write `{{ ansible_managed }}`): set in the inventory, so
+# that a run writes exactly what `gpuinfra plan` shows.
+ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."
 
 
 def host_vars(host: Host) -> dict[str, Any]:
-    return {
+    out = {
         "ansible_host": host.address,
         "gpuinfra_node_group": host.group,
         "gpuinfra_os": host.os,
@@ -28,6 +35,22 @@ def host_vars(host: Host) -> dict[str, Any]:
         # JSON object keys are strings; Ansible templates see "0": "layout".
         "gpuinfra_mig_layouts": {str(index): name for index, name in sorted(host.mig_layouts.items())},
     }
+    for module in concern_modules():
+        if hasattr(module, "host_vars"):
+            out.update(module.host_vars(host))
+    return out
+
+
+def unsafe(value: Any) -> Any:
+    """`value` with every string (not mapping keys) in Ansible's unsafe form. Keys are never templated, and every
+    key of the model is a name whose grammar admits no template delimiter."""
+    if isinstance(value, str):
+        return {"__ansible_unsafe": value}
+    if isinstance(value, list):
+        return [unsafe(item) for item in value]
+    if isinstance(value, dict):
+        return {key: unsafe(item) for key, item in value.items()}
+    return value
 
 
 def connection_vars(rc: ResolvedCluster) -> dict[str, Any]:
@@ -54,7 +77,11 @@ def connection_vars(rc: ResolvedCluster) -> dict[str, Any]:
 
 
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
-    out: dict[str, Any] = {"gpuinfra_cluster_name": rc.model.name, **connection_vars(rc)}
+    out: dict[str, Any] = {
+        "gpuinfra_cluster_name": rc.model.name,
+        "ansible_managed": ANSIBLE_MANAGED,
+        **connection_vars(rc),
+    }
     for module in concern_modules():
         out.update(module.group_vars(rc))
     return out
@@ -80,10 +107,10 @@ def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
     ungrouped = [host for host in rc.hosts if host not in grouped]
     out: dict[str, Any] = {
         "_meta": {
-            "hostvars": {name: host_vars(host) for name, host in rc.hosts.items()},
+            "hostvars": {name: unsafe(host_vars(host)) for name, host in rc.hosts.items()},
             "profile": "inventory_legacy",
         },
-        "all": {"children": ["ungrouped", *members], "vars": group_vars(rc)},
+        "all": {"children": ["ungrouped", *members], "vars": unsafe(group_vars(rc))},
     }
     if ungrouped:
         out["ungrouped"] = {"hosts": ungrouped}
@@ -97,8 +124,8 @@ def inventory_yaml(rc: ResolvedCluster) -> dict[str, Any]:
     members = groups(rc)
     return {
         "all": {
-            "vars": group_vars(rc),
-            "hosts": {name: host_vars(host) for name, host in rc.hosts.items()},
+            "vars": unsafe(group_vars(rc)),
+            "hosts": {name: unsafe(host_vars(host)) for name, host in rc.hosts.items()},
             "children": {name: {"hosts": dict.fromkeys(hosts, None)} for name, hosts in members.items()},
         }
     }

@@ -22,7 +22,6 @@ from .inventory import group_vars, groups, host_vars
 from .vars import concern_modules
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."
 
 
 class RenderError(Exception):
@@ -78,7 +77,6 @@ def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rend
             "groups": {"all": list(rc.hosts), **members},
             "hostvars": all_hostvars,
             "inventory_hostname": host or "localhost",
-            "ansible_managed": ANSIBLE_MANAGED,
         }
         source = (ROOT / "roles" / artifact.role / "templates" / artifact.template).read_text()
         try:

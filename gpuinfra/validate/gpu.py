@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import catalog
+from ..errors import InvalidInput
 from ..model import Cluster, MigAssignment
 from ..resolve import ResolvedCluster, expand_gpu_indices
 from . import mig
@@ -21,7 +22,14 @@ def parted_layouts(model: Cluster, report: Report) -> dict[str, dict[str, int]]:
     if not path.exists():
         report.error(("mig", "parted_file"), f"{path} does not exist")
         return {}
-    source = read_yaml(path, display=str(path))
+    if not path.is_file():
+        report.error(("mig", "parted_file"), f"{path} is not a regular file; give the path of a mig-parted YAML file")
+        return {}
+    try:
+        source = read_yaml(path, display=str(path))
+    except InvalidInput as exc:  # problems of the file itself, positioned in that file
+        report.found.extend(exc.diagnostics)
+        return {}
     configs, problems = mig.parse_parted(to_plain(source.data))
     for problem in problems:
         report.found.append(

@@ -23,6 +23,9 @@ from .schema_errors import diagnostics
 from .source import YamlSource, read_yaml, to_plain
 
 
+EXTENSION_PREFIX = "x-"
+
+
 @dataclass(frozen=True)
 class LoadedCluster:
     path: Path
@@ -40,6 +43,8 @@ def load_cluster(path: str | Path) -> LoadedCluster:
     data = to_plain(source.data)
     if not isinstance(data, dict):
         raise InvalidInput([source.diagnostic((), "", "a cluster file is a mapping with `name` and `node_groups`")])
+    # `x-` keys at the top are extension fields, as in the Compose format: a place for anchors that merge keys use.
+    data = {key: value for key, value in data.items() if not str(key).startswith(EXTENSION_PREFIX)}
     try:
         model = Cluster.model_validate(data)
     except ValidationError as exc:

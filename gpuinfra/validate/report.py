@@ -28,14 +28,20 @@ class Report:
         return any(d.severity == "error" for d in self.found)
 
 
+def key_text(key: str | int) -> str:
+    """A key as a path shows it: as written, or quoted when it holds what would break the one-line message."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
+
+
 def display(loc: Loc) -> str:
     out = ""
     previous: str | int | None = None
     for part in loc:
         if isinstance(part, int) or previous in _COLLECTIONS:
-            out += f"[{part}]"
+            out += f"[{key_text(part)}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{key_text(part)}" if out else key_text(part)
         previous = part
     return out
 

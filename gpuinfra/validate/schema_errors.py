@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from ..errors import Diagnostic
+from .report import key_text
 from .source import YamlSource
 
 Loc = tuple[str | int, ...]
@@ -60,7 +61,7 @@ def walk(model: type[BaseModel], data: Any, loc: Sequence[str | int]) -> tuple[L
             if not isinstance(part, str) or part not in annotation.model_fields:
                 if isinstance(node, dict) and part in node:  # an unknown key
                     kept.append(part)
-                    path += f".{part}" if path else str(part)
+                    path += f".{key_text(part)}" if path else key_text(part)
                     annotation = None
                 continue  # otherwise a union tag
             kept.append(part)
@@ -69,7 +70,7 @@ def walk(model: type[BaseModel], data: Any, loc: Sequence[str | int]) -> tuple[L
             node = node.get(part) if isinstance(node, dict) else None
         elif origin is dict and isinstance(node, dict) and part in node:
             kept.append(part)
-            path += f"[{part}]"
+            path += f"[{key_text(part)}]"
             annotation = typing.get_args(annotation)[1]
             node = node[part]
         elif origin is list and isinstance(part, int) and isinstance(node, list):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, merge_attrib
+from ruamel.yaml.composer import ComposerError
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
@@ -126,6 +127,19 @@ def _check_size(name: str, root: Node) -> None:
     size(root, 0)
 
 
+def _compose_check_construct(yaml: YAML, text: str, name: str) -> Any:
+    """One parse: compose the node graph (an alias is one node there), check it, then build the data from it."""
+    constructor, parser = yaml.get_constructor_parser(text)
+    try:
+        root = constructor.composer.get_single_node()
+        if root is None:
+            raise _fail(name, "the file is empty")
+        _check_size(name, root)
+        return constructor.construct_document(root)
+    finally:
+        parser.dispose()
+
+
 def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
     """Load one YAML document; any problem with the file itself becomes an InvalidInput, never a traceback."""
     name = display or str(path)
@@ -133,17 +147,15 @@ def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     try:
-        nodes = list(yaml.compose_all(text))
-        if len(nodes) > 1:
-            raise _fail(name, "the file holds several YAML documents; put the cluster in one")
-        if not nodes or nodes[0] is None:
-            raise _fail(name, "the file is empty")
-        _check_size(name, nodes[0])
-        data = yaml.load(text)
+        data = _compose_check_construct(yaml, text, name)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         key = str(exc.problem).split('"')[1] if '"' in str(exc.problem) else "a key"
         raise _fail(name, f"duplicate key {key!r}; each key may appear once", mark.line + 1, mark.column + 1) from None
+    except ComposerError as exc:
+        if "single document" in f"{exc.context} {exc.problem}":
+            raise _fail(name, "the file holds several YAML documents; put the cluster in one") from None
+        raise _fail(name, f"invalid YAML: {exc.problem or exc.context}") from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"

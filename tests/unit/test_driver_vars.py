@@ -374,7 +374,9 @@ def test_group_vars_from_an_exact_pin() -> None:
     assert out["nvidia_driver_hold"] is True
     assert out["nvidia_driver_reboot"] == "when_needed"
     assert out["gpu_kernel_gate_driver_version"] == "535.261.03"
-    assert out["nvidia_driver_fabric_manager"] == "{{ gpuinfra_nvswitch | default(false) | bool }}"
+    assert "nvidia_driver_fabric_manager" not in out, "a per-host setting (see host_vars)"
+    nvswitch = [h for h in rc.hosts.values() if h.nvswitch]
+    assert nvswitch and all(driver.host_vars(h)["nvidia_driver_fabric_manager"] for h in nvswitch)
 
 
 def test_group_vars_from_a_branch_and_local_packages() -> None:

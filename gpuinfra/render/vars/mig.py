@@ -33,9 +33,6 @@ ALL_DISABLED = "all-disabled"
 # The gres.conf fragment of a Slurm node's MIG slices: the mig role writes it, slurm_common's gres.conf includes it.
 SLURM_GRES_CONF = "/etc/slurm/gres-mig.conf"
 WORKER_ROLE = "k8s_gpu_worker"
-# GPUs that are device nodes without hardware (a per-host fact of the inventory, set for sandbox hosts): the mig role
-# installs the configuration and the boot service there but calls neither nvidia-smi nor nvidia-mig-parted.
-GPU_ACCESS_FROM_HOST = "{{ not (gpuinfra_gpu_emulated | default(false) | bool) }}"
 
 
 def layouts(rc: ResolvedCluster) -> dict[str, dict[str, int]]:
@@ -162,5 +159,10 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "mig_group_configs": group_configs(rc, hosts),
         "mig_slurm_gres": slurm_gres(rc, hosts),
         "mig_slurm_gres_conf": SLURM_GRES_CONF if rc.model.slurm is not None else "",
-        "mig_gpu_access": GPU_ACCESS_FROM_HOST,
     }
+
+
+def host_vars(host: Host) -> dict[str, Any]:
+    """GPUs that are device nodes without hardware (sandbox hosts): the mig role installs the configuration and the
+    boot service there but calls neither nvidia-smi nor nvidia-mig-parted."""
+    return {"mig_gpu_access": False} if host.mig_layouts and host.gpu_emulated else {}
