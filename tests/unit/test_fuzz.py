@@ -1,8 +1,11 @@
-"""Hypothesis: any text or bytes yields a model or diagnostics, never a traceback; dump -> load is stable."""
+"""Hypothesis: any text, bytes or YAML (anchors, aliases and merge keys included) yields a model or positioned
+diagnostics within the loader's limits, never a traceback; values built to attack the places they land in are
+refused; dump -> load is stable."""
 
 from __future__ import annotations
 
 import io
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +63,26 @@ def test_arbitrary_yaml_like_text(tmp_path: Path, text: str) -> None:
     _load_or_diagnose(path)
 
 
+# Values built to break out of the place they land in: templates, new lines, options, shell, huge ranges.
+HOSTILE = [
+    "{{ lookup('pipe', 'id') }}",
+    "{% raw %}x",
+    "{# x #}",
+    "x\nNodeName=evil",
+    "x\rExecStartPre=/bin/sh",
+    "-oProxyCommand=id",
+    "$(id)",
+    "a;b",
+    "node[1-999999999]",
+    "6-999999999",
+    "7-6",
+    "\u2028",
+    "x" * 5000,
+]
+hostile = st.sampled_from(HOSTILE)
+
 scalars = st.one_of(
+    hostile,
     st.none(),
     st.booleans(),
     st.integers(-5, 10**6),
@@ -105,6 +127,64 @@ def test_mutated_examples(tmp_path: Path, example: Path, data: st.DataObject) ->
     model = _load_or_diagnose(target)
     if model is not None:  # a mutation the model accepts must survive dump -> load too
         _assert_round_trip(model, tmp_path / "again")
+        _assert_no_hostile_value(model)
+
+
+def _assert_no_hostile_value(model: Cluster) -> None:
+    """No field accepts a template delimiter or a control character (free text may hold `;` or `$(`: it is quoted
+    where it lands)."""
+    for value in _strings(model.model_dump()):
+        assert not any(d in value for d in ("{{", "{%", "{#")), value
+        assert value.isprintable(), repr(value)
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+def _tree(draw: st.DrawFn, depth: int = 0) -> Any:
+    """A YAML-able tree in which some subtrees are the same object, so the dumper writes anchors and aliases; some
+    mappings also merge another mapping of the tree with `<<`."""
+    if depth > 3 or draw(st.integers(0, 3)) == 0:
+        return draw(scalars)
+    if draw(st.booleans()):
+        node: Any = [_tree(draw, depth + 1) for _ in range(draw(st.integers(0, 4)))]
+        if node and draw(st.booleans()):
+            node.extend([node[0]] * draw(st.integers(1, 9)))  # the same object again: an alias
+        return node
+    keys = draw(st.lists(st.sampled_from(["name", "node_groups", "hosts", "roles", "gpu", "a", "b"]), unique=True))
+    mapping = {key: _tree(draw, depth + 1) for key in keys}
+    merged = [v for v in mapping.values() if isinstance(v, dict)]
+    if merged and draw(st.booleans()):
+        mapping["<<"] = merged[0]
+    return mapping
+
+
+@FUZZ
+@given(data=st.data())
+def test_arbitrary_yaml_with_aliases_and_merge_keys(tmp_path: Path, data: st.DataObject) -> None:
+    tree = {"name": "lab", "node_groups": _tree(data.draw)}
+    for _ in range(data.draw(st.integers(0, 4))):  # nest the tree in itself: aliases of aliases
+        tree = {"name": "lab", "node_groups": [tree, tree, tree, tree, tree, tree, tree, tree, tree]}
+    out = io.StringIO()
+    yaml = YAML(typ="safe")
+    yaml.representer.ignore_aliases = lambda _data: False  # type: ignore[method-assign]
+    yaml.dump(tree, out)
+    path = tmp_path / "c.yml"
+    path.write_text(out.getvalue())
+    tracemalloc.start()
+    try:
+        _load_or_diagnose(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024 * 1024, f"loading took {peak // 2**20} MiB"
 
 
 def test_examples_round_trip(tmp_path: Path) -> None:
