@@ -50,6 +50,17 @@ def test_prolog_writes_one_file_per_gpu_and_epilog_removes_them(tmp_path: Path, 
     assert os.listdir(mapping) == []
 
 
+def test_a_folder_with_a_quote_and_a_space_stays_one_path(tmp_path: Path) -> None:
+    """The folder is quoted for the shell: a quote or space in it neither breaks the script nor splits the path."""
+    odd = tmp_path / "job map's $(touch pwned)"
+    prolog, epilog = script(tmp_path, "prolog", str(odd)), script(tmp_path, "epilog", str(odd))
+    assert run(prolog, SLURM_JOB_ID="42", SLURM_JOB_GPUS="0").returncode == 0
+    assert (odd / "0").read_text() == "42\n"
+    assert run(epilog, SLURM_JOB_ID="42", SLURM_JOB_GPUS="0").returncode == 0
+    assert os.listdir(odd) == []
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
 def test_prolog_falls_back_to_cuda_visible_devices(tmp_path: Path, mapping: Path) -> None:
     prolog = script(tmp_path, "prolog", str(mapping))
     assert run(prolog, SLURM_JOB_ID="7", CUDA_VISIBLE_DEVICES="0").returncode == 0

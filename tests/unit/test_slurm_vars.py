@@ -150,9 +150,17 @@ def test_memory_default_is_the_smallest_share() -> None:
 
 
 def test_job_mapping_follows_the_exporter() -> None:
-    assert slurm.group_vars(resolve(_cluster()))["slurm_common_job_mapping_dir"] == slurm.JOB_MAPPING_DIR
+    assert slurm.group_vars(resolve(_cluster()))["slurm_common_job_mapping_dir"] == "/var/lib/dcgm-exporter/job-mapping"
     without = _cluster(monitoring={"components": ["node_exporter"]})
     assert slurm.group_vars(resolve(without))["slurm_common_job_mapping_dir"] == ""
+
+
+def test_prolog_writes_where_the_exporter_reads() -> None:
+    """One folder: the prolog and epilog write the configured job mapping folder, not a built-in one."""
+    moved = _cluster(monitoring={"components": ["dcgm_exporter"], "dcgm_exporter": {"job_mapping_dir": "/srv/jobmap"}})
+    variables = group_vars(resolve(moved))
+    assert variables["slurm_common_job_mapping_dir"] == "/srv/jobmap"
+    assert variables["dcgm_exporter_hpc_job_mapping_dir"] == "/srv/jobmap"
 
 
 def test_no_slurm_section_renders_nothing() -> None:

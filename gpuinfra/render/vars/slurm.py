@@ -32,8 +32,6 @@ ARTIFACTS: tuple[Artifact, ...] = (
 )
 
 COMPUTE_ROLE = "slurm_compute"
-# Where dcgm-exporter's --hpc-job-mapping-dir points by default; the prolog writes one file per GPU there.
-JOB_MAPPING_DIR = "/var/lib/dcgm-exporter/job-mapping"
 
 
 def gres_types(model: Cluster) -> dict[str, str]:
@@ -200,8 +198,10 @@ def def_mem_per_cpu(model: Cluster) -> int:
 
 
 def job_mapping_dir(model: Cluster) -> str:
-    """The exporter's job-mapping folder where dcgm-exporter runs on the Slurm cluster's GPU nodes, else ""."""
-    return JOB_MAPPING_DIR if "dcgm_exporter" in model.monitoring.components else ""
+    """The folder the prolog writes GPU-to-job files to: the one dcgm-exporter reads
+    (`monitoring.dcgm_exporter.job_mapping_dir`) where it runs on the Slurm cluster's GPU nodes, else ""."""
+    monitoring = model.monitoring
+    return monitoring.dcgm_exporter.job_mapping_dir if "dcgm_exporter" in monitoring.components else ""
 
 
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
