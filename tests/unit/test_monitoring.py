@@ -7,6 +7,7 @@ Tests that need promtool or amtool skip when the binary is missing (`.ci/apt-pac
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -106,9 +107,8 @@ def test_variables_say_what_the_model_says() -> None:
     assert full["prometheus_alert_slurm"] is True
     assert full["prometheus_alert_idle_allocated_labels"] == ["hpc_job"]
     assert full["dcgm_exporter_hpc_job_mapping_dir"] == "/var/lib/dcgm-exporter/job-mapping"
-    assert full["node_exporter_slurm_state"] == "{{ 'slurm_controller' in group_names }}"
+    assert full["node_exporter_slurm_state_hosts"] == ["ctl01"]
     assert full["node_exporter_listen_host"] == ""  # the cluster address, never 0.0.0.0 unless asked
-    assert set(full["node_exporter_basic_auth_users"]) == {"prometheus"}
     assert full["prometheus_client_tls_ca_file"] == "/etc/ssl/gpuinfra/ca.crt"
     assert full["alertmanager_routes"] == {
         "critical": ["oncall", "mail", "chat"],
@@ -119,8 +119,76 @@ def test_variables_say_what_the_model_says() -> None:
     k8s = monitoring.group_vars(_load("k8s-mig").resolved)
     assert k8s["prometheus_alert_idle_allocated_labels"] == ["pod"]
     assert k8s["dcgm_exporter_hpc_job_mapping_dir"] == ""
-    assert k8s["node_exporter_slurm_state"] is False
-    assert k8s["node_exporter_basic_auth_users"] == {} and k8s["prometheus_basic_auth"] is False
+    assert k8s["node_exporter_slurm_state_hosts"] == []
+
+
+AUTH_SWITCHES = (
+    "node_exporter_basic_auth",
+    "dcgm_exporter_basic_auth",
+    "prometheus_basic_auth",
+    "alertmanager_basic_auth",
+    "grafana_prometheus_basic_auth",
+)
+LISTEN_HOSTS = tuple(f"{role}_listen_host" for role in monitoring.SERVERS)
+
+
+def _vars(**changes: Any) -> dict[str, Any]:
+    """The monitoring variables of the slurm-small example with `monitoring:` changed."""
+    rc = _load("slurm-small").resolved
+    model = rc.model.model_copy(update={"monitoring": rc.model.monitoring.model_copy(update=changes)})
+    return monitoring.group_vars(dataclasses.replace(rc, model=model))
+
+
+def test_a_cluster_is_secure_by_default() -> None:
+    """No `monitoring:` settings: basic auth everywhere, every service on the cluster address, plain HTTP."""
+    default = monitoring.group_vars(_load("slurm-small").resolved)
+    assert all(default[name] is True for name in AUTH_SWITCHES)
+    assert all(default[name] == "" for name in LISTEN_HOSTS)
+    assert default["gpuinfra_monitoring_tls_generated"] is False
+    assert default["prometheus_client_tls"] is False and default["node_exporter_tls_cert_file"] == ""
+
+
+def test_each_default_can_be_loosened() -> None:
+    open_ = _vars(basic_auth=False, listen="any")
+    assert all(open_[name] is False for name in AUTH_SWITCHES)
+    assert all(open_[name] == "0.0.0.0" for name in LISTEN_HOSTS)
+
+
+def test_tls_true_uses_the_generated_certificates() -> None:
+    generated = _vars(tls=True)
+    assert generated["gpuinfra_monitoring_tls_generated"] is True
+    for role in monitoring.SERVERS:
+        assert generated[f"{role}_tls_cert_file"] == "/etc/gpuinfra/monitoring-tls/host.crt"
+        assert generated[f"{role}_tls_key_file"] == "/etc/gpuinfra/monitoring-tls/host.key"
+    assert generated["prometheus_client_tls"] is True and generated["grafana_prometheus_tls"] is True
+    assert generated["prometheus_client_tls_ca_file"] == "/etc/gpuinfra/monitoring-tls/ca.crt"
+    assert generated["grafana_prometheus_tls_ca_file"] == "/etc/gpuinfra/monitoring-tls/ca.crt"
+
+
+def test_tls_files_of_the_site_are_used_as_given() -> None:
+    full = monitoring.group_vars(_load("mon-full").resolved)
+    assert full["gpuinfra_monitoring_tls_generated"] is False
+    assert {full[f"{role}_tls_cert_file"] for role in monitoring.SERVERS} == {"/etc/ssl/gpuinfra/host.crt"}
+    assert {full[f"{role}_tls_key_file"] for role in monitoring.SERVERS} == {"/etc/ssl/gpuinfra/host.key"}
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["slurm-small", "k8s-mig", "mon-full"])
+def test_variables_are_plain_data(name: str) -> None:
+    """The inventory hands every string to Ansible as data, never a template: no Jinja in what Python renders."""
+    rendered_vars = monitoring.group_vars(_load(name).resolved)
+    templated = [s for s in _strings(rendered_vars) if "{{" in s or "{%" in s]
+    assert templated == []
+    assert not any(key.endswith("_secrets_dir") for key in rendered_vars)
 
 
 def test_scrape_targets_come_from_the_inventory() -> None:
@@ -136,10 +204,20 @@ def test_scrape_targets_come_from_the_inventory() -> None:
     }
     dcgm = {c["labels"]["instance"]: c["labels"]["gpus_expected"] for c in jobs["dcgm_exporter"]["static_configs"]}
     assert dcgm == {"h100-01": "8", "h100-02": "8", "l40s-01": "4"}
-    for job in jobs.values():
+    # Each service is scraped with its own password, read from a file: never one inline.
+    password_files = {
+        "prometheus": "/etc/prometheus/gpuinfra-prometheus-password",
+        "alertmanager": "/etc/prometheus/gpuinfra-alertmanager-password",
+        "node": "/etc/prometheus/gpuinfra-node-exporter-password",
+        "dcgm_exporter": "/etc/prometheus/gpuinfra-dcgm-exporter-password",
+    }
+    for name, job in jobs.items():
         assert job["scheme"] == "https"
         assert job["tls_config"] == {"ca_file": "/etc/ssl/gpuinfra/ca.crt"}
-        assert job["basic_auth"] == {"username": "prometheus", "password_file": "/etc/prometheus/gpuinfra-web-password"}
+        assert job["basic_auth"] == {"username": "prometheus", "password_file": password_files[name]}
+    alerting = config["alerting"]["alertmanagers"][0]
+    assert alerting["basic_auth"]["password_file"] == password_files["alertmanager"]
+    assert "password:" not in rendered("mon-full")["monitoring/prometheus/prometheus.yml"].content
 
 
 def test_kubernetes_gpu_nodes_are_left_to_the_operator() -> None:
@@ -180,7 +258,7 @@ def test_promtool_accepts_the_rules_and_the_config(name: str, tmp_path: Path) ->
     config = config.replace("/etc/prometheus/rules/", f"{rules.parent}/")
     (tmp_path / "password").write_text("x\n")
     (tmp_path / "ca.crt").write_text("")
-    config = config.replace("/etc/prometheus/gpuinfra-web-password", str(tmp_path / "password"))
+    config = re.sub(r"/etc/prometheus/gpuinfra-[a-z-]+-password", str(tmp_path / "password"), config)
     config = config.replace("/etc/ssl/gpuinfra/ca.crt", str(tmp_path / "ca.crt"))
     (tmp_path / "prometheus.yml").write_text(config)
     checked = run([str(PROMTOOL), "check", "config", str(tmp_path / "prometheus.yml")])
@@ -226,18 +304,22 @@ def test_promtool_accepts_the_web_config_shape(tmp_path: Path) -> None:
         ]
     )
     assert made.returncode == 0, made.stderr
-    for role in ("node_exporter", "alertmanager", "dcgm_exporter"):
+    for role in ("node_exporter", "alertmanager", "dcgm_exporter", "prometheus"):
         source = (ROOT / "roles" / role / "templates" / "web-config.yml.j2").read_text()
         variables = {
             "ansible_managed": "test",
             f"{role}_tls_cert_file": str(tmp_path / "host.crt"),
-            f"{role}_tls_key_file": str(tmp_path / "host.key"),
-            f"{role}_basic_auth_users": {"prometheus": "$2b$10$" + "a" * 53},
+            f"__{role}_tls": True,
+            f"__{role}_tls_key": str(tmp_path / "host.key"),
+            f"{role}_basic_auth": True,
+            f"{role}_basic_auth_user": "prometheus",
+            f"__{role}_basic_auth_hash": "$2b$10$" + "a" * 53,
         }
         text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
         (tmp_path / f"{role}.yml").write_text(str(text))
         checked = run([str(PROMTOOL), "check", "web-config", str(tmp_path / f"{role}.yml")])
         assert checked.returncode == 0, role + checked.stdout + checked.stderr
+        assert yaml_load(str(text))["basic_auth_users"] == {"prometheus": "$2b$10$" + "a" * 53}
 
 
 # --- the Slurm state collector --------------------------------------------------------------------------------------

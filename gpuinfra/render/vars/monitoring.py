@@ -1,15 +1,18 @@
 """Monitoring: role variables from `monitoring:` in the cluster file.
 
 Roles: node_exporter (every host), dcgm_exporter (GPU nodes), prometheus, alertmanager and grafana (hosts with the
-monitoring role). The scrape targets are not listed here: the prometheus role takes them from the inventory groups,
-so a host added to the file is scraped on the next apply without a second list to keep in step.
+monitoring role), monitoring_tls (every monitored host, with `tls: true`). The scrape targets are not listed here:
+the prometheus role takes them from the inventory groups, so a host added to the file is scraped on the next apply
+without a second list to keep in step.
 
-Basic auth uses one generated password. The prometheus role writes it, with its bcrypt hash, into the secrets
-folder on the controller on first apply; the exporters and Alertmanager read the hash from there.
+Every value is plain data. What only a run can know (the secrets folder on the controller, the password hashes,
+each host's cluster address) the roles work out from their own defaults: basic auth gives every service its own
+generated password, and Prometheus scrapes each with that service's one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...model.driver import LocalSource, MirrorSource
@@ -23,23 +26,48 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/dcgm-exporter/gpuinfra-counters.csv", "dcgm_exporter", "counters.csv.j2", "gpu_nodes"),
 )
 
-# Where the controller keeps generated secrets: outside the repository, one folder per cluster, shared with the
-# munge key and the database password (gpuinfra_secrets_dir overrides it, as for those roles).
-_HOME_SECRETS = "lookup('ansible.builtin.env', 'HOME') ~ '/.local/share/gpuinfra/{name}'"
-SECRETS_DIR = "{{{{ gpuinfra_secrets_dir | default(" + _HOME_SECRETS + ") }}}}"
-BASIC_AUTH_USER = "prometheus"
-BASIC_AUTH_HASH = "{{ lookup('ansible.builtin.file', prometheus_secrets_dir ~ '/monitoring-web-password.bcrypt') }}"
-
-# The Slurm state collector runs where sinfo answers with authority: the controller.
-ON_SLURM_CONTROLLER = "{{ 'slurm_controller' in group_names }}"
+# Where the monitoring_tls role installs the generated CA certificate and each host's certificate and key.
+GENERATED_TLS_DIR = "/etc/gpuinfra/monitoring-tls"
+SERVERS: tuple[str, ...] = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager", "grafana")
 
 
-def _tls(rc: ResolvedCluster, role: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where every host's certificate and key are, and the CA the clients verify with ("": the trust store)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+
+
+def tls_files(rc: ResolvedCluster) -> TlsFiles | None:
+    """The TLS files of `monitoring.tls`: none (plain HTTP), the generated ones, or the site's own."""
     tls = rc.model.monitoring.tls
-    return {
-        f"{role}_tls_cert_file": tls.cert_file if tls else "",
-        f"{role}_tls_key_file": tls.key_file if tls else "",
-    }
+    if tls is False:
+        return None
+    if tls is True:
+        return TlsFiles(f"{GENERATED_TLS_DIR}/host.crt", f"{GENERATED_TLS_DIR}/host.key", f"{GENERATED_TLS_DIR}/ca.crt")
+    return TlsFiles(tls.cert_file, tls.key_file, tls.ca_file or "")
+
+
+def _tls_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    files = tls_files(rc)
+    out: dict[str, Any] = {"gpuinfra_monitoring_tls_generated": rc.model.monitoring.tls is True}
+    for role in SERVERS:
+        out[f"{role}_tls_cert_file"] = files.cert_file if files else ""
+        out[f"{role}_tls_key_file"] = files.key_file if files else ""
+    out["prometheus_client_tls"] = files is not None
+    out["prometheus_client_tls_ca_file"] = files.ca_file if files else ""
+    out["grafana_prometheus_tls"] = files is not None
+    out["grafana_prometheus_tls_ca_file"] = files.ca_file if files else ""
+    return out
+
+
+def _slurm_state_hosts(rc: ResolvedCluster) -> list[str]:
+    """Where sinfo answers with authority, so the Slurm state collector runs there: the controller."""
+    if rc.model.slurm is None:
+        return []
+    return [name for name, host in rc.hosts.items() if "slurm_controller" in host.roles]
 
 
 def _allocated_labels(rc: ResolvedCluster) -> list[str]:
@@ -70,8 +98,7 @@ def _dcgm_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "dcgm_exporter_package_source_path": source.path if isinstance(source, LocalSource) else "",
         "dcgm_exporter_hpc_job_mapping_dir": dcgm.job_mapping_dir if rc.model.slurm is not None else "",
         "dcgm_exporter_listen_host": "0.0.0.0" if mon.listen == "any" else "",
-        **_tls(rc, "dcgm_exporter"),
-        "dcgm_exporter_basic_auth_users": {BASIC_AUTH_USER: BASIC_AUTH_HASH} if mon.basic_auth else {},
+        "dcgm_exporter_basic_auth": mon.basic_auth,
     }
 
 
@@ -79,16 +106,13 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     mon = rc.model.monitoring
     alerts = mon.alerts
     listen_host = "0.0.0.0" if mon.listen == "any" else ""
-    auth_users = {BASIC_AUTH_USER: BASIC_AUTH_HASH} if mon.basic_auth else {}
-    secrets_dir = SECRETS_DIR.format(name=rc.model.name)
-    ca_file = (mon.tls.ca_file or "") if mon.tls else ""
     components = set(mon.components)
     return {
         "gpuinfra_monitoring_components": list(mon.components),
+        **_tls_vars(rc),
         "node_exporter_listen_host": listen_host,
-        **_tls(rc, "node_exporter"),
-        "node_exporter_basic_auth_users": auth_users,
-        "node_exporter_slurm_state": ON_SLURM_CONTROLLER if rc.model.slurm is not None else False,
+        "node_exporter_basic_auth": mon.basic_auth,
+        "node_exporter_slurm_state_hosts": _slurm_state_hosts(rc),
         **_dcgm_vars(rc),
         "prometheus_listen_host": listen_host,
         "prometheus_retention": mon.retention,
@@ -107,21 +131,12 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "prometheus_alert_idle_allocated_labels": _allocated_labels(rc),
         "prometheus_alert_node_down_for": alerts.node_down_for,
         "prometheus_alert_slurm": rc.model.slurm is not None,
-        **_tls(rc, "prometheus"),
-        "prometheus_client_tls": mon.tls is not None,
-        "prometheus_client_tls_ca_file": ca_file,
         "prometheus_basic_auth": mon.basic_auth,
-        "prometheus_secrets_dir": secrets_dir,
         "alertmanager_listen_host": listen_host,
         "alertmanager_receivers": {name: r.model_dump() for name, r in mon.receivers.items()},
         "alertmanager_routes": mon.routes.model_dump(),
-        **_tls(rc, "alertmanager"),
-        "alertmanager_basic_auth_users": auth_users,
+        "alertmanager_basic_auth": mon.basic_auth,
         "grafana_listen_host": listen_host,
-        **_tls(rc, "grafana"),
-        "grafana_prometheus_tls": mon.tls is not None,
-        "grafana_prometheus_tls_ca_file": ca_file,
         "grafana_prometheus_basic_auth": mon.basic_auth,
-        "grafana_secrets_dir": secrets_dir,
         "grafana_scrape_interval": mon.scrape_interval,
     }
