@@ -38,7 +38,7 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
         text = Path(item[1:]).read_text() if item.startswith("@") else item
         stripped = text.strip()
         if item.startswith("@") or stripped.startswith("{"):
-            data = YAML(typ="safe").load(text) if item.startswith("@") else json.loads(stripped)
+            data = YAML(typ="safe", pure=True).load(text) if item.startswith("@") else json.loads(stripped)
             if not isinstance(data, dict):
                 raise ValueError(f"{item}: extra vars must be a mapping")
             out.update(data)

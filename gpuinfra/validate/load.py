@@ -22,7 +22,6 @@ from .grammar import ControllerPath
 from .schema_errors import diagnostics
 from .source import YamlSource, read_yaml, to_plain
 
-
 EXTENSION_PREFIX = "x-"
 
 

@@ -1,11 +1,14 @@
-"""YAML with positions: a round-trip load that remembers where every key and item came from.
+"""YAML with positions: the composed node graph remembers where every key and item came from.
+
+The file is composed once, with ruamel.yaml's C parser where it is installed (about ten times faster than the
+pure-Python one), checked against the limits in limits.py on that graph, where an alias is one node, and only then
+built into data: an alias bomb or a deeply nested file is refused at its place in bounded time. The C parser is
+libyaml, a YAML 1.1 parser that refuses some valid YAML 1.2 (`{max_time: 7-00:00:00}`); a file it refuses is parsed
+again by the pure-Python YAML 1.2 parser, whose verdict stands.
 
 Duplicate keys are errors. The loader speaks YAML 1.2, so `no`, `on` or `yes` stay strings unless the file
 declares `%YAML 1.1`; the strict model then refuses a string where a boolean belongs, with a hint. Merge keys
 (`<<: *defaults`) are supported: a merged key is positioned where its anchor wrote it.
-
-The file is checked against the limits in limits.py on its composed node graph, where an alias is one node,
-before anything is built: an alias bomb or a deeply nested file is refused at its place in bounded time.
 """
 
 from __future__ import annotations
@@ -18,40 +21,42 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, merge_attrib
 from ruamel.yaml.composer import ComposerError
-from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.constructor import ConstructorError, DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, SequenceNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.parser import ParserError
+from ruamel.yaml.scanner import ScannerError
 
 from ..errors import Diagnostic, InvalidInput
 from .limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 
 Loc = Sequence[str | int]
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 @dataclass(frozen=True)
 class YamlSource:
     name: str
     data: Any
+    root: Node
 
     def position(self, loc: Loc) -> tuple[int, int]:
         """1-based (line, column) of the deepest node of `loc` that exists: the key for mappings, the item
         for sequences; a missing key points at its parent."""
         line, col = 1, 1
-        node = self.data
+        node: Node | None = self.root
         for part in loc:
-            if isinstance(node, CommentedMap) and part in node:
-                owner = _owner(node, part)
-                line, col = owner.lc.key(part)
-                line, col = line + 1, col + 1
-                node = node[part]
-            elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-                line, col = node.lc.item(part)
-                line, col = line + 1, col + 1
-                node = node[part]
+            if isinstance(node, MappingNode):
+                pair = _pair(node, part)
+                if pair is None:
+                    break
+                key, node = pair
+            elif isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                key = node = node.value[part]
             else:
                 break
+            line, col = key.start_mark.line + 1, key.start_mark.column + 1
         return line, col
 
     def diagnostic(self, loc: Loc, path: str, message: str, severity: str = "error") -> Diagnostic:
@@ -59,14 +64,19 @@ class YamlSource:
         return Diagnostic(self.name, line, col, path, message, "warning" if severity == "warning" else "error")
 
 
-def _owner(node: CommentedMap, key: Any) -> CommentedMap:
-    """The mapping that wrote `key`: the node itself, or the anchored mapping a merge key took it from."""
-    if key in node.lc.data:
-        return node
-    for merged in getattr(node, merge_attrib, ()):
-        if isinstance(merged, CommentedMap) and key in merged:
-            return _owner(merged, key)
-    return node
+def _pair(node: MappingNode, key: str | int) -> tuple[Node, Node] | None:
+    """The key and value nodes of `key`: written in the mapping itself, or else in a mapping it merges (`<<`), as
+    YAML's merge rules find it (own keys first, then the merged mappings in order)."""
+    merged: list[MappingNode] = []
+    for key_node, value_node in node.value:
+        if key_node.tag == MERGE_TAG:
+            merged.extend(n for n in (value_node.value if isinstance(value_node, SequenceNode) else [value_node]))
+        elif isinstance(key_node, ScalarNode) and key_node.value == str(key):
+            return key_node, value_node
+    for source in merged:
+        if isinstance(source, MappingNode) and (found := _pair(source, key)) is not None:
+            return found
+    return None
 
 
 def _fail(name: str, message: str, line: int = 1, col: int = 1) -> InvalidInput:
@@ -127,27 +137,42 @@ def _check_size(name: str, root: Node) -> None:
     size(root, 0)
 
 
-def _compose_check_construct(yaml: YAML, text: str, name: str) -> Any:
-    """One parse: compose the node graph (an alias is one node there), check it, then build the data from it."""
-    constructor, parser = yaml.get_constructor_parser(text)
-    try:
-        root = constructor.composer.get_single_node()
-        if root is None:
-            raise _fail(name, "the file is empty")
-        _check_size(name, root)
-        return constructor.construct_document(root)
-    finally:
-        parser.dispose()
+class _Constructor(SafeConstructor):
+    """ruamel.yaml's safe constructor, with the scalars it resolves as numbers but cannot convert ('-_', '._')
+    reported at their place instead of as a bare ValueError."""
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError):
+            raise ConstructorError(None, None, f"cannot read the value {node.value!r}", node.start_mark) from None
+
+
+def _yaml(pure: bool) -> YAML:
+    yaml = YAML(typ="safe", pure=pure)
+    yaml.Constructor = _Constructor
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def _compose_check_construct(yaml: YAML, text: str, name: str) -> tuple[Node, Any]:
+    """One parse: compose the node graph, check it, then build the data from it."""
+    root = yaml.compose(text)
+    if root is None:
+        raise _fail(name, "the file is empty")
+    _check_size(name, root)
+    return root, yaml.constructor.construct_document(root)
 
 
 def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
     """Load one YAML document; any problem with the file itself becomes an InvalidInput, never a traceback."""
     name = display or str(path)
     text = read_text(path, name)
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
     try:
-        data = _compose_check_construct(yaml, text, name)
+        try:
+            root, data = _compose_check_construct(_yaml(pure=False), text, name)
+        except (ScannerError, ParserError):
+            root, data = _compose_check_construct(_yaml(pure=True), text, name)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         key = str(exc.problem).split('"')[1] if '"' in str(exc.problem) else "a key"
@@ -167,11 +192,11 @@ def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
         raise _fail(name, "invalid YAML: nesting is too deep") from None
     if data is None:
         raise _fail(name, "the file is empty")
-    return YamlSource(name, data)
+    return YamlSource(name, data, root)
 
 
 def to_plain(node: Any) -> Any:
-    """The round-trip tree as plain Python values, so the strict model sees int, str, bool and float only."""
+    """The loaded tree as plain Python values, so the strict model sees int, str, bool and float only."""
     if isinstance(node, dict):
         return {to_plain(k): to_plain(v) for k, v in node.items()}
     if isinstance(node, list):

@@ -113,7 +113,7 @@ def test_a_template_in_a_value_lands_literally_and_runs_nothing(tmp_path: Path) 
 def test_a_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "big.yml"
     path.write_text("name: lab\n# " + "x" * limits.MAX_FILE_BYTES + "\n")
-    with pytest.raises(InvalidInput, match=r"big.yml:1:1: the file is larger than 256 KiB"):
+    with pytest.raises(InvalidInput, match=r"big.yml:1:1: the file is larger than 128 KiB"):
         load_cluster(path)
 
 

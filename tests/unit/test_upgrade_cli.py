@@ -40,7 +40,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[
 
 
 def test_operator_owned_drivers_are_handed_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    kubernetes = YAML(typ="safe").load((ROOT / "inventories" / "k8s-mig" / "cluster.yml").read_text())["kubernetes"]
+    kubernetes = YAML(typ="safe", pure=True).load((ROOT / "inventories" / "k8s-mig" / "cluster.yml").read_text())[
+        "kubernetes"
+    ]
     kubernetes.setdefault("gpu_operator", {})["driver"] = "operator"
     path = cluster_file(tmp_path, kubernetes=kubernetes)
     code, doc = run_json(capsys, str(path), "--journal", str(tmp_path / "journal.jsonl"))
