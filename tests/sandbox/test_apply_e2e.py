@@ -15,6 +15,7 @@ Every exit code of apply is reached here: 0 (nothing changed), 1 (failed: unreac
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shlex
@@ -123,6 +124,37 @@ def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path
     for host, names in units.items():
         active = on_host(host, "systemctl", "is-active", *names)
         assert active.stdout.split() == ["active"] * len(names), (host, active.stdout)
+
+
+def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Path, tmp_path: Path) -> None:
+    """A real run of the alertmanager role, with a webhook URL holding a lookup that would touch a file on the
+    controller. The cluster file's grammar refuses such a URL, so it is set behind validation's back: the layer
+    under test is the inventory, which hands every value to Ansible as unsafe. Nothing runs, the literal text
+    lands in alertmanager.yml, byte-identical to what `gpuinfra plan` renders; the original config is put back."""
+    from gpuinfra.render.plan import render
+    from gpuinfra.render.vars import monitoring
+    from gpuinfra.run import RunOptions, cluster_inventory, run_playbook
+    from gpuinfra.validate.load import load_cluster
+
+    marker = tmp_path / "MARKER"
+    url = "http://ctl01:9099/alerts?x={{lookup('pipe','touch${IFS}" + str(marker) + "')}}"
+    loaded = load_cluster(sandbox)
+    mon = loaded.model.monitoring
+    receiver = mon.receivers["local"].model_copy(update={"url": url})
+    model = loaded.model.model_copy(update={"monitoring": mon.model_copy(update={"receivers": {"local": receiver}})})
+    tampered = dataclasses.replace(loaded, resolved=dataclasses.replace(loaded.resolved, model=model))
+    playbook = RunOptions(playbook=ROOT / "tests" / "sandbox" / "playbooks" / "alertmanager.yml")
+    try:
+        result = run_playbook(cluster_inventory(tampered), playbook)
+        assert result.rc == 0, result.status
+        assert not marker.exists(), "the lookup ran on the controller"
+        written = on_host("ctl01", "cat", "/etc/prometheus/alertmanager.yml")
+        assert written.returncode == 0, written.stderr
+        assert url in written.stdout
+        [planned] = render(tampered.resolved, [a for a in monitoring.ARTIFACTS if a.template == "alertmanager.yml.j2"])
+        assert planned.content == written.stdout, "plan and apply wrote different files"
+    finally:
+        assert run_playbook(cluster_inventory(loaded), playbook).rc == 0, "the original config was not put back"
 
 
 def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Path) -> None:
