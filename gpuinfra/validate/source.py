@@ -70,7 +70,7 @@ def _pair(node: MappingNode, key: str | int) -> tuple[Node, Node] | None:
     merged: list[MappingNode] = []
     for key_node, value_node in node.value:
         if key_node.tag == MERGE_TAG:
-            merged.extend(n for n in (value_node.value if isinstance(value_node, SequenceNode) else [value_node]))
+            merged.extend(value_node.value if isinstance(value_node, SequenceNode) else [value_node])
         elif isinstance(key_node, ScalarNode) and key_node.value == str(key):
             return key_node, value_node
     for source in merged:
@@ -103,17 +103,24 @@ def read_text(path: str | Path, name: str) -> str:
         raise _fail(name, f"not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
 
 
+def _at(mark: Any) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
+
+
 def _check_size(name: str, root: Node) -> None:
     """Refuse a node graph whose expanded size or depth is beyond the limits, at the node that crosses them."""
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
 
     def size(node: Node, depth: int) -> int:
+        mark = node.start_mark
+        if id(node) in open_nodes:
+            raise _fail(name, "an alias refers to a node that contains it: the data would never end", *_at(mark))
         if id(node) in sizes:  # an alias: its size is known, and counts again wherever it is used
             return sizes[id(node)]
         if depth > MAX_DEPTH:
-            mark = node.start_mark
-            raise _fail(name, f"nesting is deeper than {MAX_DEPTH} levels", mark.line + 1, mark.column + 1)
-        sizes[id(node)] = 1  # a recursive alias counts once here; the constructor refuses it later
+            raise _fail(name, f"nesting is deeper than {MAX_DEPTH} levels", *_at(mark))
+        open_nodes.add(id(node))
         total = 1
         if isinstance(node, MappingNode):
             children = [child for pair in node.value for child in pair]
@@ -124,13 +131,12 @@ def _check_size(name: str, root: Node) -> None:
         for child in children:
             total += size(child, depth + 1)
             if total > MAX_NODES:
-                mark = child.start_mark
                 raise _fail(
                     name,
                     f"the file expands to more than {MAX_NODES} YAML nodes (aliases count each time they are used)",
-                    mark.line + 1,
-                    mark.column + 1,
+                    *_at(child.start_mark),
                 )
+        open_nodes.discard(id(node))
         sizes[id(node)] = total
         return total
 

@@ -162,6 +162,8 @@ def _tree(draw: st.DrawFn, depth: int = 0) -> Any:
     merged = [v for v in mapping.values() if isinstance(v, dict)]
     if merged and draw(st.booleans()):
         mapping["<<"] = merged[0]
+    if draw(st.integers(0, 9)) == 0:
+        mapping["self"] = mapping  # an alias inside the node it names
     return mapping
 
 
