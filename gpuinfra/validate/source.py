@@ -24,6 +24,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.composer import ComposerError
 from ruamel.yaml.constructor import ConstructorError, DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.parser import ParserError
 from ruamel.yaml.scanner import ScannerError
@@ -108,7 +109,8 @@ def _at(mark: Any) -> tuple[int, int]:
 
 
 def _check_size(name: str, root: Node) -> None:
-    """Refuse a node graph whose expanded size or depth is beyond the limits, at the node that crosses them."""
+    """Refuse a node graph that refers to itself, or whose depth or expanded size is beyond the limits, at the node
+    that crosses them."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -140,7 +142,7 @@ def _check_size(name: str, root: Node) -> None:
         sizes[id(node)] = total
         return total
 
-    size(root, 0)
+    size(root, 1)
 
 
 class _Constructor(SafeConstructor):
@@ -161,8 +163,24 @@ def _yaml(pure: bool) -> YAML:
     return yaml
 
 
-def _compose_check_construct(yaml: YAML, text: str, name: str) -> tuple[Node, Any]:
-    """One parse: compose the node graph, check it, then build the data from it."""
+def _check_depth(yaml: YAML, text: str, name: str) -> None:
+    """Refuse nesting beyond MAX_DEPTH from the parser's events, before anything recursive sees the file: the C
+    composer recurses on the C stack, where 100,000 levels of `[` crash the process instead of raising."""
+    depth = 0
+    for event in yaml.parse(text):
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _fail(name, f"nesting is deeper than {MAX_DEPTH} levels", *_at(event.start_mark))
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+
+
+def _compose_check_construct(yaml: YAML, text: str, name: str, pure: bool) -> tuple[Node, Any]:
+    """Compose the node graph, check it, then build the data from it. The pure-Python composer needs no event
+    pass first: deep nesting ends in a RecursionError there, and _check_size bounds the depth it lets through."""
+    if not pure:
+        _check_depth(yaml, text, name)
     root = yaml.compose(text)
     if root is None:
         raise _fail(name, "the file is empty")
@@ -176,9 +194,9 @@ def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
     text = read_text(path, name)
     try:
         try:
-            root, data = _compose_check_construct(_yaml(pure=False), text, name)
+            root, data = _compose_check_construct(_yaml(pure=False), text, name, pure=False)
         except (ScannerError, ParserError):
-            root, data = _compose_check_construct(_yaml(pure=True), text, name)
+            root, data = _compose_check_construct(_yaml(pure=True), text, name, pure=True)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         key = str(exc.problem).split('"')[1] if '"' in str(exc.problem) else "a key"

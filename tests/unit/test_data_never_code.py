@@ -152,6 +152,18 @@ def test_hostile_files_are_answered_within_256_mib(name: str) -> None:
     assert done.stderr.startswith(f"{name}:"), done.stderr
 
 
+def test_nesting_deep_enough_to_crash_a_recursive_parser_is_refused(tmp_path: Path) -> None:
+    """100,000 levels of `[` within the size limit: the C composer would overflow the C stack (a segfault, not an
+    exception), so depth is checked on the parser's events first. In a process of its own, so a crash shows."""
+    path = tmp_path / "deep.yml"
+    path.write_text("name: " + "[" * 100_000 + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuinfra", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, (done.returncode, done.stderr[-500:])
+    assert "nesting is deeper than 32 levels" in done.stderr
+
+
 # --- references and merge keys ---------------------------------------------------------------------------------
 
 PARTED = """\
