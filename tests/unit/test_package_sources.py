@@ -368,6 +368,7 @@ def test_a_different_key_fails_the_check_naming_both_fingerprints(
     message = _failure(result)
     assert keys["other"]["fingerprint"] in message and keys["mirror"]["fingerprint"] in message, message
     assert "files/other.asc" in message and "not installed" in message
+    assert "\n" not in message, "the message is one line"
 
 
 def test_a_file_with_a_second_key_fails_the_check(tmp_path: Path, keys: dict[str, Any]) -> None:
