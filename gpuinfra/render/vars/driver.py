@@ -8,14 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...model.driver import DistributionSource, Driver, LocalSource, MirrorSource
-from ...resolve import ResolvedCluster
+from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
-
-# The fabric manager goes where the host's GPUs sit on an NVSwitch fabric: a per-host fact of the inventory.
-FABRIC_MANAGER_FROM_HOST = "{{ gpuinfra_nvswitch | default(false) | bool }}"
-# Emulated GPUs (device nodes without hardware, as in the sandbox): the driver is installed and its module built,
-# but nothing is loaded or started and the host is never rebooted for it.
-SERVICE_MANAGE_FROM_HOST = "{{ not (gpuinfra_gpu_emulated | default(false) | bool) }}"
 
 ARTIFACTS: list[Artifact] = [
     Artifact(
@@ -63,12 +57,19 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "nvidia_driver_kernel_modules": driver.kernel_modules,
         **source_vars(driver),
         "nvidia_driver_hold": driver.hold,
-        "nvidia_driver_fabric_manager": FABRIC_MANAGER_FROM_HOST,
         "nvidia_driver_fabric_manager_version": driver.fabric_manager_version or "",
         "nvidia_driver_reboot": driver.reboot,
-        "nvidia_driver_service_manage": SERVICE_MANAGE_FROM_HOST,
         # The gate checks the same module the driver role installs.
         "gpu_kernel_gate_driver_version": version,
         "gpu_kernel_gate_driver_branch": driver.major,
         "gpu_kernel_gate_kernel_modules": driver.kernel_modules,
     }
+
+
+def host_vars(host: Host) -> dict[str, Any]:
+    """Per-host settings of GPU nodes: the fabric manager where the GPUs sit on an NVSwitch fabric; and on emulated
+    GPUs (device nodes without hardware, as in the sandbox) the driver is installed and its module built, but
+    nothing is loaded or started and the host is never rebooted for it."""
+    if not host.gpu_count:
+        return {}
+    return {"nvidia_driver_fabric_manager": host.nvswitch, "nvidia_driver_service_manage": not host.gpu_emulated}
