@@ -115,6 +115,7 @@ class RunProgress:
         self.warnings: list[str] = []
         self.stats_final = False
         self._message: list[str] | None = None  # errors or warnings, while a message's lines are still arriving
+        self._hidden_changes: set[tuple[str, str]] = set()  # (host, task uuid) of changed no_log loop items
 
     def host(self, name: str) -> HostProgress:
         return self.hosts.setdefault(name, HostProgress(name))
@@ -145,13 +146,18 @@ class RunProgress:
                 progress.state = "running"
             return None
         if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
-            return self._result(kind, data)
+            return self._result(kind, data, str(event.get("stdout") or ""))
+        if kind == "runner_item_on_ok":
+            res = data.get("res")
+            if isinstance(res, Mapping) and hidden(res) and _displayed_changed(str(event.get("stdout") or "")):
+                self._hidden_changes.add((str(data.get("host")), str(data.get("task_uuid"))))
+            return None
         if kind == "playbook_on_stats":
             self._stats(data)
             return Update("stats")
         return None
 
-    def _result(self, kind: str, data: Mapping[str, Any]) -> Update:
+    def _result(self, kind: str, data: Mapping[str, Any], stdout: str = "") -> Update:
         host, task = str(data.get("host")), self.redact(task_name(data))
         progress = self.host(host)
         stats = progress.stats
@@ -160,7 +166,14 @@ class RunProgress:
         result: ResultKind
         if kind == "runner_on_ok":
             stats.ok += 1
-            result = "changed" if res.get("changed") else "ok"
+            changed = bool(res.get("changed"))
+            if hidden(res) and "changed" not in res:
+                # ansible-runner sends a no_log result as a bare `censored` note, without `changed`: only Ansible's
+                # display line (or those of its loop items) says it. This decides what is listed, never the outcome.
+                item = (host, str(data.get("task_uuid")))
+                changed = _displayed_changed(stdout) or item in self._hidden_changes
+                self._hidden_changes.discard(item)
+            result = "changed" if changed else "ok"
             if result == "changed":
                 stats.changed += 1
                 diff = HIDDEN_DIFF if hidden(res) else self.redact(diff_text(res))
@@ -208,6 +221,14 @@ class RunProgress:
             # Continuation lines (the origin of a syntax error, for one) belong to the message above them.
             self._message[-1] += "\n" + line
         return None
+
+
+_DISPLAYED_CHANGED = re.compile(r"^changed: \[", re.MULTILINE)
+
+
+def _displayed_changed(stdout: str) -> bool:
+    """Whether Ansible displayed a result as `changed: [host]`."""
+    return bool(_DISPLAYED_CHANGED.search(_ANSI.sub("", stdout)))
 
 
 def _unrescued(failures: list[Failure], stats: Mapping[str, HostStats]) -> list[Failure]:

@@ -102,6 +102,28 @@ def test_a_no_log_change_is_listed_without_its_diff() -> None:
     assert progress.failures[0].message == HIDDEN
 
 
+def test_a_no_log_change_is_listed_as_ansible_displayed_it() -> None:
+    """ansible-runner replaces a no_log result by a bare `censored` note: `changed` is only in the display line."""
+    progress = RunProgress(["h1"])
+    censored = {"censored": CENSORED}
+    # A warning may come first in the same event's output.
+    changed = "\x1b[1;35m[WARNING]: something\x1b[0m\r\n\x1b[0;33mchanged: [h1 -> localhost]\x1b[0m"
+    progress.handle({**ok_event("h1", "Write the key", censored), "stdout": changed})
+    progress.handle({**ok_event("h1", "Check the key", censored), "stdout": "\x1b[0;32mok: [h1]\x1b[0m"})
+    # A no_log loop: its items say changed; the loop's own result says nothing.
+    item = {"event": "runner_item_on_ok", "stdout": "changed: [h1] => (item=(censored due to no_log))"}
+    item["event_data"] = {"host": "h1", "task": "Write the keys", "task_uuid": "u1", "res": censored}
+    progress.handle(item)
+    loop = ok_event("h1", "Write the keys", {"censored": CENSORED, "results": [censored]})
+    loop["event_data"]["task_uuid"] = "u1"
+    progress.handle({**loop, "stdout": ""})
+    assert [(c.task, c.diff) for c in progress.changes] == [
+        ("Write the key", HIDDEN_DIFF),
+        ("Write the keys", HIDDEN_DIFF),
+    ]
+    assert progress.hosts["h1"].stats.changed == 2
+
+
 def test_diffs_messages_names_and_ansible_errors_go_through_the_redactor(tmp_path: Path) -> None:
     (tmp_path / "db-password").write_text("Zq8pXn2vLmR4tYw6")
     progress = RunProgress(["h1"], redact=Redactor.from_folders([tmp_path]))
@@ -157,6 +179,7 @@ def test_a_real_check_diff_run_reports_no_secret(home: Path, tmp_path: Path) -> 
     diffs = {change.task: change.diff for change in result.changes}
     assert f"+password={REDACTED}" in diffs["Write the database password into a configuration file"]
     assert f"+  admin: {REDACTED}" in diffs["Write a web password hash"]
+    assert diffs["Write the key with no_log"] == HIDDEN_DIFF
     (failure,) = result.failures
     assert failure.message == f"cannot log in as slurm with {REDACTED}"
     assert os.listdir(target) == []  # check mode
