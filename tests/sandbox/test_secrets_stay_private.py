@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.progress import HIDDEN_DIFF
+
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "sandbox"
@@ -71,14 +73,35 @@ def test_no_private_key_is_written_inside_the_repository() -> None:
     assert private_key_files(ROOT) == []
 
 
+# Files with a secret in them, edited on the hosts so that the check has a change, and so a diff, to show there.
+EDITED = {"gpu01": "/etc/prometheus/node-exporter-web.yml", "ctl01": "/etc/slurm/slurmdbd.conf"}
+
+
+def on_host(host: str, script: str) -> subprocess.CompletedProcess[str]:
+    from gpuinfra.sandbox import ssh
+
+    return ssh(SANDBOX_CLUSTER, host, [script])
+
+
 def test_apply_check_diff_json_prints_no_secret() -> None:
     generated = [p for p in SECRETS.rglob("*") if p.is_file() and p.parent.name != "ssh"]
     if not any(p.name == "munge.key" for p in generated):
         pytest.skip(f"no apply has generated the sandbox's secrets in {SECRETS} yet")
-    done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--check", "--diff", "--json")
+    for host, path in EDITED.items():
+        edit = on_host(host, f"cp -p {path} {path}.before-test && echo '# a local edit' >> {path}")
+        assert edit.returncode == 0, edit.stderr
+    try:
+        done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--check", "--diff", "--json")
+    finally:
+        for host, path in EDITED.items():
+            on_host(host, f"mv -f {path}.before-test {path}")
     assert done.stdout, done.stderr
     doc = json.loads(done.stdout)
     assert doc["exit_code"] == done.returncode
+    # The edits are seen: the check reports a change on both hosts; slurmdbd.conf's task is no_log, so its diff is
+    # hidden.
+    assert {"gpu01", "ctl01"} <= {change["host"] for change in doc["changes"]}, doc["changes"]
+    assert any(c["host"] == "ctl01" and c["diff"] == HIDDEN_DIFF for c in doc["changes"]), doc["changes"]
     printed = done.stdout + done.stderr
     assert not BCRYPT.search(printed)
     for path in generated:
