@@ -18,8 +18,10 @@ VERBS: tuple[str, ...] = ("validate", "plan", "apply", "upgrade", "health", "san
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib
+    from importlib.metadata import version
 
     parser = argparse.ArgumentParser(prog="gpuinfra", description="NVIDIA GPU clusters from one YAML file.")
+    parser.add_argument("--version", action="version", version=f"gpuinfra {version('gpuinfra')}")
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb in VERBS:
         importlib.import_module(f"{__name__}.{verb}").register(subparsers)

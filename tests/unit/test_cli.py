@@ -99,3 +99,12 @@ def test_plan_of_an_invalid_file_renders_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["plan", str(BAD / "mig_does_not_pack.yml"), "--out", str(out)]) == exitcodes.INVALID_INPUT
     assert not out.exists()
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gpuinfra {version('gpuinfra')}"
