@@ -128,31 +128,10 @@ def playbook_path(playbook: str | Path) -> Path:
     return path
 
 
-def controller_path(value: str, base: Path) -> Path:
-    """A path on the controller as a cluster file gives it: a leading `~/` is the user's home, and a relative path
-    is taken from `base` (the cluster file's folder)."""
-    path = Path(value).expanduser() if value.startswith("~/") else Path(value)
-    return path if path.is_absolute() else base / path
-
-
 def cluster_inventory(loaded: LoadedCluster) -> dict[str, Any]:
-    """The inventory of a loaded cluster, with its key and known_hosts paths made absolute: a leading `~/` is the
-    user's home, and a relative path is taken from the cluster file's folder.
-
-    The run's working directory is the run directory, so a relative path would otherwise point nowhere.
-    """
-    conn = loaded.model.connection
-    base = loaded.path.resolve().parent
-    update = {
-        key: str(path)
-        for key, value in (("ssh_key", conn.ssh_key), ("known_hosts_file", conn.known_hosts_file))
-        if value and str(path := controller_path(value, base)) != value
-    }
-    resolved = loaded.resolved
-    if update:
-        model = resolved.model.model_copy(update={"connection": conn.model_copy(update=update)})
-        resolved = dataclasses.replace(resolved, model=model)
-    return inventory_yaml(resolved)
+    """The inventory of a loaded cluster. Its key and known_hosts paths are absolute (the loader takes `~/` from
+    the home folder and relative paths from the cluster file's folder), since a run works in its run directory."""
+    return inventory_yaml(loaded.resolved)
 
 
 def target_hosts(inventory: Mapping[str, Any], limit: str | None = None) -> list[str]:

@@ -4,7 +4,8 @@
 the YAML inventory plugin's shape, which is what a run directory holds.
 
 A cluster file is data, never code: both hand every string value to Ansible as unsafe (`__ansible_unsafe`, the
-JSON form of `!unsafe`), so Ansible never evaluates one as a template, whatever it holds. The roles template their
+JSON form of `!unsafe`), so Ansible never evaluates one as a template, whatever it holds; only Ansible's own
+connection settings stay plain strings (see `as_data`). The roles template their
 own files with these values; `gpuinfra plan` renders the same templates with the same values, also as data.
 """
 
@@ -39,6 +40,14 @@ def host_vars(host: Host) -> dict[str, Any]:
         if hasattr(module, "host_vars"):
             out.update(module.host_vars(host))
     return out
+
+
+def as_data(variables: dict[str, Any]) -> dict[str, Any]:
+    """Variables as the inventory hands them to Ansible: every value unsafe, except Ansible's own connection
+    settings (`ansible_host`, `ansible_user`, ...). Those come from fields whose grammar admits no template
+    delimiter (addresses, Unix names, paths), and tools that read the inventory to connect (testinfra, AWX) take
+    them only as plain strings."""
+    return {key: value if key.startswith("ansible_") else unsafe(value) for key, value in variables.items()}
 
 
 def unsafe(value: Any) -> Any:
@@ -107,10 +116,10 @@ def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
     ungrouped = [host for host in rc.hosts if host not in grouped]
     out: dict[str, Any] = {
         "_meta": {
-            "hostvars": {name: unsafe(host_vars(host)) for name, host in rc.hosts.items()},
+            "hostvars": {name: as_data(host_vars(host)) for name, host in rc.hosts.items()},
             "profile": "inventory_legacy",
         },
-        "all": {"children": ["ungrouped", *members], "vars": unsafe(group_vars(rc))},
+        "all": {"children": ["ungrouped", *members], "vars": as_data(group_vars(rc))},
     }
     if ungrouped:
         out["ungrouped"] = {"hosts": ungrouped}
@@ -124,8 +133,8 @@ def inventory_yaml(rc: ResolvedCluster) -> dict[str, Any]:
     members = groups(rc)
     return {
         "all": {
-            "vars": unsafe(group_vars(rc)),
-            "hosts": {name: unsafe(host_vars(host)) for name, host in rc.hosts.items()},
+            "vars": as_data(group_vars(rc)),
+            "hosts": {name: as_data(host_vars(host)) for name, host in rc.hosts.items()},
             "children": {name: {"hosts": dict.fromkeys(hosts, None)} for name, hosts in members.items()},
         }
     }

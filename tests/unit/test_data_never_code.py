@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuinfra.errors import InvalidInput
-from gpuinfra.render.inventory import inventory_yaml, unsafe
+from gpuinfra.render.inventory import as_data, inventory_yaml, unsafe
 from gpuinfra.render.plan import render
 from gpuinfra.render.vars import monitoring
 from gpuinfra.resolve import ResolvedCluster
@@ -41,6 +41,15 @@ def test_unsafe_marks_every_string_value_and_no_key() -> None:
         "b": [{"__ansible_unsafe": "y"}, 1, True, None],
         "c": {"d": {"__ansible_unsafe": "z"}},
     }
+
+
+def test_only_connection_settings_stay_plain_strings() -> None:
+    """Tools that connect from the inventory (testinfra's Ansible backend) take ansible_host only as a string; every
+    other value is unsafe. The grammar of the connection fields admits no template delimiter."""
+    hostvars = inventory_yaml(load_cluster(SANDBOX).resolved)["all"]["hosts"]["gpu01"]
+    assert hostvars["ansible_host"] == "10.213.42.11"
+    assert hostvars["gpuinfra_node_group"] == {"__ansible_unsafe": "gpu"}
+    assert as_data({"ansible_user": "root", "x": ["y"]}) == {"ansible_user": "root", "x": [{"__ansible_unsafe": "y"}]}
 
 
 def _with_receiver_url(rc: ResolvedCluster, url: str) -> ResolvedCluster:

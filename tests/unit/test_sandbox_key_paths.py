@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpuinfra.run import cluster_inventory, controller_path
+from gpuinfra.run import cluster_inventory
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import ensure_state_dir
 from gpuinfra.sandbox.spec import SOURCE_ROOT, check_state_folder, repository_of
@@ -51,11 +51,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_controller_paths_expand_home_and_take_relative_ones_from_the_file(home: Path, tmp_path: Path) -> None:
-    assert controller_path("~/.local/share/gpuinfra/x/ssh/id_ed25519", tmp_path) == (
-        home / ".local/share/gpuinfra/x/ssh/id_ed25519"
-    )
-    assert controller_path("keys/id_ed25519", tmp_path) == tmp_path / "keys/id_ed25519"
-    assert controller_path("/etc/ssh/key", tmp_path) == Path("/etc/ssh/key")
+    conn = load_cluster(
+        write(tmp_path / "a", "~/.local/share/gpuinfra/x/ssh/id_ed25519", "keys/known")
+    ).model.connection
+    assert conn.ssh_key == str(home / ".local/share/gpuinfra/x/ssh/id_ed25519")
+    assert conn.known_hosts_file == str(tmp_path / "a" / "keys" / "known")
+    conn = load_cluster(write(tmp_path / "b", "/etc/ssh/key", "../k")).model.connection
+    assert (conn.ssh_key, conn.known_hosts_file) == ("/etc/ssh/key", str(tmp_path / "k"))
 
 
 def test_the_inventory_gets_absolute_key_and_known_hosts_paths(home: Path, tmp_path: Path) -> None:
