@@ -38,6 +38,18 @@ def load_nvidia_smi() -> ModuleType:
     return sys.modules[name]
 
 
+def _plain(value: Any) -> Any:
+    """An inventory value with Ansible's unsafe marks taken off: gpuinfra's inventory hands every value to Ansible
+    as data (`{"__ansible_unsafe": "535.261.03"}` in ansible-inventory's JSON), and this suite only compares them."""
+    if isinstance(value, dict):
+        if list(value) == ["__ansible_unsafe"]:
+            return value["__ansible_unsafe"]
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _concrete(value: Any) -> Any:
     """An inventory value, or None where it is an unrendered template (only Ansible can evaluate it)."""
     if isinstance(value, str) and "{{" in value:
@@ -108,7 +120,7 @@ def inventory_vars(host: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The host's variables: from the ansible:// backend, else from --ansible-inventory, else none."""
     backend = host.backend
     if callable(getattr(backend, "get_variables", None)):
-        return dict(backend.get_variables())
+        return {key: _plain(value) for key, value in backend.get_variables().items()}
     inventory = request.config.getoption("ansible_inventory", default=None)
     if not inventory:
         return {}
@@ -118,7 +130,7 @@ def inventory_vars(host: Any, request: pytest.FixtureRequest) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         pytest.fail(f"ansible-inventory cannot read host {name} from {inventory}: {proc.stderr.strip()}")
-    variables: dict[str, Any] = json.loads(proc.stdout)
+    variables: dict[str, Any] = _plain(json.loads(proc.stdout))
     return variables
 
 
