@@ -4,7 +4,7 @@ Three proofs, each with the real tool:
 - apt's own `apt-get update` reads the .sources file each role renders for a local file:// mirror signed with a key
   generated here, and verifies the mirror's signature with the keyring the file names (a wrong key is refused; an
   unsigned mirror is read only when marked insecure);
-- the roles' key check (tasks/signing-key.yml) runs in ansible-playbook against real gpg, with the matching and a
+- the roles' key check (the signing_key module) runs in ansible-playbook against real gpg, with the matching and a
   different fingerprint;
 - the cluster file's fingerprint and insecure flag reach the roles' variables, which the roles declare.
 """
@@ -297,26 +297,34 @@ PLAY = """
 - hosts: localhost
   gather_facts: false
   tasks:
-    - name: Check the signing key
-      ansible.builtin.include_role:
-        name: {role}
-        tasks_from: signing-key.yml
+    - name: Check that the signing key is the pinned one
+      gpuinfra.cluster.signing_key:
+        path: "{{ key }}"
+        fingerprint: "{{ pinned }}"
+        origin: "{{ origin }}"
 """
 
 
-def _check_key(tmp_path: Path, role: str, key: Path, pinned: str) -> subprocess.CompletedProcess[str]:
-    """The role's tasks/signing-key.yml, run by ansible-playbook on this machine with its gpg."""
+def _check_key(tmp_path: Path, key: Path, pinned: str) -> subprocess.CompletedProcess[str]:
+    """The signing_key module every role's key check calls, run by ansible-playbook on this machine with its gpg."""
     _gpg()
     variables = {
-        f"__{role}_key_staged": str(key),
-        f"__{role}_key_fingerprint": pinned,
-        f"__{role}_key_origin": f"files/{key.name}",
-        f"__{role}_gnupg_home": str(tmp_path / "gnupg"),
+        "key": str(key),
+        "pinned": pinned,
+        "origin": f"files/{key.name}",
         "ansible_python_interpreter": sys.executable,
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    (tmp_path / "play.yml").write_text(PLAY.format(role=role))
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROLES), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
+    (tmp_path / "play.yml").write_text(PLAY)
+    collections = tmp_path / "collections"
+    (collections / "ansible_collections" / "gpuinfra").mkdir(parents=True)
+    (collections / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(collections),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+    }
     return subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-playbook"),
@@ -346,24 +354,17 @@ def _failure(result: subprocess.CompletedProcess[str]) -> str:
     raise AssertionError("no task failed")
 
 
-@pytest.mark.parametrize("role", list(SOURCES))
 @pytest.mark.parametrize("form", ["asc", "gpg"])
-def test_the_pinned_key_passes_the_check(tmp_path: Path, keys: dict[str, Any], role: str, form: str) -> None:
-    result = _check_key(tmp_path, role, keys["mirror"][form], keys["mirror"]["fingerprint"])
+def test_the_pinned_key_passes_the_check(tmp_path: Path, keys: dict[str, Any], form: str) -> None:
+    result = _check_key(tmp_path, keys["mirror"][form], keys["mirror"]["fingerprint"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    stats = json.loads(result.stdout)["stats"]["localhost"]
-    assert stats["failures"] == 0
-    assert (
-        not (tmp_path / "gnupg" / "pubring.kbx").exists()
-        or b"gpuinfra test" not in (tmp_path / "gnupg" / "pubring.kbx").read_bytes()
-    ), "the check imported the key"
+    [task] = json.loads(result.stdout)["plays"][0]["tasks"]
+    assert task["hosts"]["localhost"]["fingerprints"] == [keys["mirror"]["fingerprint"]]
+    assert task["hosts"]["localhost"]["changed"] is False
 
 
-@pytest.mark.parametrize("role", list(SOURCES))
-def test_a_different_key_fails_the_check_naming_both_fingerprints(
-    tmp_path: Path, keys: dict[str, Any], role: str
-) -> None:
-    result = _check_key(tmp_path, role, keys["other"]["asc"], keys["mirror"]["fingerprint"])
+def test_a_different_key_fails_the_check_naming_both_fingerprints(tmp_path: Path, keys: dict[str, Any]) -> None:
+    result = _check_key(tmp_path, keys["other"]["asc"], keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert keys["other"]["fingerprint"] in message and keys["mirror"]["fingerprint"] in message, message
@@ -375,7 +376,7 @@ def test_a_file_with_a_second_key_fails_the_check(tmp_path: Path, keys: dict[str
     """A keyring that holds the pinned key and another would let apt trust both: refused."""
     both = tmp_path / "both.gpg"
     both.write_bytes(keys["mirror"]["gpg"].read_bytes() + keys["other"]["gpg"].read_bytes())
-    result = _check_key(tmp_path, "nvidia_driver", both, keys["mirror"]["fingerprint"])
+    result = _check_key(tmp_path, both, keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert f"{keys['mirror']['fingerprint']} and {keys['other']['fingerprint']}" in message, message
@@ -384,7 +385,7 @@ def test_a_file_with_a_second_key_fails_the_check(tmp_path: Path, keys: dict[str
 def test_a_file_that_is_no_key_fails_the_check_with_gpgs_words(tmp_path: Path, keys: dict[str, Any]) -> None:
     page = tmp_path / "gpgkey"
     page.write_text("<html>Not Found</html>\n")  # what a web server may answer for a moved key
-    result = _check_key(tmp_path, "nvidia_container_toolkit", page, keys["mirror"]["fingerprint"])
+    result = _check_key(tmp_path, page, keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert "of no key (gpg:" in message and "no valid OpenPGP data found" in message, message
