@@ -27,6 +27,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ruamel.yaml import YAML
+from test_driver_vars import _trusted
 
 from gpuinfra.model import Cluster
 from gpuinfra.render.vars import driver, monitoring, toolkit
@@ -47,16 +48,6 @@ SOURCES = {
 
 def _yaml(path: Path) -> dict[str, Any]:
     return (YAML(typ="safe").load(path.read_text()) or {}) if path.exists() else {}
-
-
-def _trusted(value: Any) -> Any:
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
 
 
 def _templar(role: str, **overrides: Any) -> Templar:
