@@ -10,3 +10,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A collections path where gpuinfra.cluster is this checkout."""
+    path = tmp_path_factory.mktemp("collections")
+    (path / "ansible_collections" / "gpuinfra").mkdir(parents=True)
+    (path / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
+    return path

@@ -50,15 +50,6 @@ UNHEALTHY = [
 NO_HOST_CHECKS = {"check_kernel_module": False, "check_dkms": False}
 
 
-@pytest.fixture(scope="session")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A collections path where gpuinfra.cluster is this checkout."""
-    path = tmp_path_factory.mktemp("collections")
-    (path / "ansible_collections" / "gpuinfra").mkdir(parents=True)
-    (path / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
-    return path
-
-
 class Node:
     """A fake node: a folder of tools on PATH, and a way to run the module against them."""
 

@@ -49,15 +49,6 @@ def yaml_load(text: str) -> Any:
     return YAML(typ="safe").load(text)
 
 
-@pytest.fixture(scope="module")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A collections path where gpuinfra.cluster is this checkout."""
-    path = tmp_path_factory.mktemp("collections")
-    (path / "ansible_collections" / "gpuinfra").mkdir(parents=True)
-    (path / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
-    return path
-
-
 RENDER = """
 import json, sys
 from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder

@@ -296,7 +296,7 @@ PLAY = """
 """
 
 
-def _check_key(tmp_path: Path, key: Path, pinned: str) -> subprocess.CompletedProcess[str]:
+def _check_key(tmp_path: Path, collections: Path, key: Path, pinned: str) -> subprocess.CompletedProcess[str]:
     """The signing_key module every role's key check calls, run by ansible-playbook on this machine with its gpg."""
     _gpg()
     variables = {
@@ -307,9 +307,6 @@ def _check_key(tmp_path: Path, key: Path, pinned: str) -> subprocess.CompletedPr
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     (tmp_path / "play.yml").write_text(PLAY)
-    collections = tmp_path / "collections"
-    (collections / "ansible_collections" / "gpuinfra").mkdir(parents=True)
-    (collections / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
     env = {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(collections),
@@ -346,16 +343,18 @@ def _failure(result: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.parametrize("form", ["asc", "gpg"])
-def test_the_pinned_key_passes_the_check(tmp_path: Path, keys: dict[str, Any], form: str) -> None:
-    result = _check_key(tmp_path, keys["mirror"][form], keys["mirror"]["fingerprint"])
+def test_the_pinned_key_passes_the_check(tmp_path: Path, collections: Path, keys: dict[str, Any], form: str) -> None:
+    result = _check_key(tmp_path, collections, keys["mirror"][form], keys["mirror"]["fingerprint"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [task] = json.loads(result.stdout)["plays"][0]["tasks"]
     assert task["hosts"]["localhost"]["fingerprints"] == [keys["mirror"]["fingerprint"]]
     assert task["hosts"]["localhost"]["changed"] is False
 
 
-def test_a_different_key_fails_the_check_naming_both_fingerprints(tmp_path: Path, keys: dict[str, Any]) -> None:
-    result = _check_key(tmp_path, keys["other"]["asc"], keys["mirror"]["fingerprint"])
+def test_a_different_key_fails_the_check_naming_both_fingerprints(
+    tmp_path: Path, collections: Path, keys: dict[str, Any]
+) -> None:
+    result = _check_key(tmp_path, collections, keys["other"]["asc"], keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert keys["other"]["fingerprint"] in message and keys["mirror"]["fingerprint"] in message, message
@@ -363,20 +362,22 @@ def test_a_different_key_fails_the_check_naming_both_fingerprints(tmp_path: Path
     assert "\n" not in message, "the message is one line"
 
 
-def test_a_file_with_a_second_key_fails_the_check(tmp_path: Path, keys: dict[str, Any]) -> None:
+def test_a_file_with_a_second_key_fails_the_check(tmp_path: Path, collections: Path, keys: dict[str, Any]) -> None:
     """A keyring that holds the pinned key and another would let apt trust both: refused."""
     both = tmp_path / "both.gpg"
     both.write_bytes(keys["mirror"]["gpg"].read_bytes() + keys["other"]["gpg"].read_bytes())
-    result = _check_key(tmp_path, both, keys["mirror"]["fingerprint"])
+    result = _check_key(tmp_path, collections, both, keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert f"{keys['mirror']['fingerprint']} and {keys['other']['fingerprint']}" in message, message
 
 
-def test_a_file_that_is_no_key_fails_the_check_with_gpgs_words(tmp_path: Path, keys: dict[str, Any]) -> None:
+def test_a_file_that_is_no_key_fails_the_check_with_gpgs_words(
+    tmp_path: Path, collections: Path, keys: dict[str, Any]
+) -> None:
     page = tmp_path / "gpgkey"
     page.write_text("<html>Not Found</html>\n")  # what a web server may answer for a moved key
-    result = _check_key(tmp_path, page, keys["mirror"]["fingerprint"])
+    result = _check_key(tmp_path, collections, page, keys["mirror"]["fingerprint"])
     assert result.returncode != 0
     message = _failure(result)
     assert "of no key (gpg:" in message and "no valid OpenPGP data found" in message, message
