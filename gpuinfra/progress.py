@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,6 +116,7 @@ class RunProgress:
         self.stats_final = False
         self._message: list[str] | None = None  # errors or warnings, while a message's lines are still arriving
         self._hidden_changes: set[tuple[str, str]] = set()  # (host, task uuid) of changed no_log loop items
+        self._failed_items: dict[tuple[str, str], list[str]] = {}  # (host, task uuid) -> why each failed item failed
 
     def host(self, name: str) -> HostProgress:
         return self.hosts.setdefault(name, HostProgress(name))
@@ -152,6 +153,14 @@ class RunProgress:
             if isinstance(res, Mapping) and hidden(res) and _displayed_changed(str(event.get("stdout") or "")):
                 self._hidden_changes.add((str(data.get("host")), str(data.get("task_uuid"))))
             return None
+        if kind == "runner_item_on_failed":
+            # The loop's own result says only "One or more items failed" (and ansible-core 2.21 no longer marks the
+            # failed ones in its `results`): each failed item's event says which and why.
+            res = data.get("res")
+            res = res if isinstance(res, Mapping) else {}
+            key = (str(data.get("host")), str(data.get("task_uuid")))
+            self._failed_items.setdefault(key, []).append(HIDDEN if hidden(res) else _item_message(res))
+            return None
         if kind == "playbook_on_stats":
             self._stats(data)
             return Update("stats")
@@ -159,6 +168,7 @@ class RunProgress:
 
     def _result(self, kind: str, data: Mapping[str, Any], stdout: str = "") -> Update:
         host, task = str(data.get("host")), self.redact(task_name(data))
+        failed_items = self._failed_items.pop((host, str(data.get("task_uuid"))), [])
         progress = self.host(host)
         stats = progress.stats
         res = data.get("res")
@@ -192,7 +202,7 @@ class RunProgress:
         else:
             stats.failed += 1
             result = "failed"
-            self.failures.append(Failure(host, task, self.redact(failure_message(res))))
+            self.failures.append(Failure(host, task, self.redact(failure_message(res, failed_items))))
         progress.state = _state(stats)
         return Update("result", host=host, task=task, result=result)
 
@@ -266,16 +276,13 @@ def hidden(res: Mapping[str, Any]) -> bool:
     return any(isinstance(s, Mapping) and (s.get("censored") or s.get("_ansible_no_log")) for s in sources)
 
 
-def failure_message(res: Mapping[str, Any]) -> str:
-    """One readable reason for a failed result: the module's message and the tail of command output."""
+def failure_message(res: Mapping[str, Any], failed_items: Sequence[str] = ()) -> str:
+    """One readable reason for a failed result: the module's message and the tail of command output, or for a loop
+    the messages of its failed items."""
     if hidden(res):
         return HIDDEN
-    items = res.get("results")
-    if isinstance(items, list):
-        # The task's own msg is only "One or more items failed"; the items say which and why.
-        parts = [_item_message(item) for item in items if isinstance(item, Mapping) and item.get("failed")]
-        if parts:
-            return "\n".join(parts)
+    if failed_items:
+        return "\n".join(failed_items)
     return _single_message(res)
 
 
