@@ -41,7 +41,7 @@ class OperatorUpgrade(Model):
 
 
 class GpuOperator(Model):
-    chart_version: ChartVersion = "v25.10.0"
+    chart_version: ChartVersion = "v26.7.0"
     """Version of the `gpu-operator` Helm chart."""
     namespace: DnsLabel = "gpu-operator"
     """Namespace the operator and its operands run in."""

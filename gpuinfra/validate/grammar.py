@@ -303,7 +303,7 @@ CHART_VERSION_PATTERN = r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]{1,64})?"
 ChartVersion = Annotated[
     str,
     Grammar(
-        "a chart version such as v25.10.0",
+        "a chart version such as v26.7.0",
         80,
         _matches(CHART_VERSION_PATTERN),
         CHART_VERSION_PATTERN,
