@@ -31,13 +31,13 @@ from typing import Any
 
 import ansible_runner
 
+from .collection import ROOT
 from .errors import GpuinfraError
 from .progress import Change, Event, Failure, HostStats, RunProgress, Update
 from .redact import Redactor, secrets_folders
 from .render.inventory import inventory_yaml
 from .validate.load import LoadedCluster
 
-ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOKS = ROOT / "playbooks"
 DEFAULT_PLAYBOOK = "site.yml"
 

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ruamel.yaml import YAML
 
+from ..collection import ROOT
 from ..resolve import ResolvedCluster
 from .artifacts import Artifact
 from .inventory import group_vars, groups, host_vars
 from .vars import concern_modules
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class RenderError(Exception):
