@@ -159,13 +159,43 @@ def target_hosts(inventory: Mapping[str, Any], limit: str | None = None) -> list
     return [host for host in order if host in matched]
 
 
-def _collections_path(run_dir: Path) -> str:
-    """The run directory (for gpuinfra.cluster) first, then wherever this Python finds bundled collections."""
-    found = [str(run_dir)]
-    for entry in sys.path:
+def _collection_folders() -> list[str]:
+    """Where Ansible looks for collections by its own configuration (~/.ansible/collections unless the user set
+    ANSIBLE_COLLECTIONS_PATH or ansible.cfg), then wherever this Python finds bundled ones (the `ansible` package)."""
+    from ansible import constants
+
+    found: list[str] = []
+    configured = [str(Path(entry).expanduser()) for entry in constants.COLLECTIONS_PATHS]
+    for entry in [*configured, *sys.path]:
         if entry and (Path(entry) / "ansible_collections").is_dir() and entry not in found:
             found.append(entry)
-    return os.pathsep.join(found)
+    return found
+
+
+def _collections_path(run_dir: Path) -> str:
+    """The run directory (for gpuinfra.cluster) first, then the folders Ansible itself would use."""
+    return os.pathsep.join([str(run_dir), *_collection_folders()])
+
+
+def check_dependencies(inventory: Mapping[str, Any]) -> None:
+    """Refuse a run whose roles call a collection that is not installed, naming the command that installs it.
+
+    ansible-core alone runs a Slurm cluster; the Kubernetes roles call kubernetes.core (galaxy.yml's dependencies
+    give the version range). Without this, the run would fail in its first Kubernetes task, hosts half done.
+    """
+    groups = (inventory.get("all") or {}).get("children") or {}
+    if not (groups.get("k8s_control") or {}).get("hosts"):
+        return
+    from ruamel.yaml import YAML
+
+    dependencies: dict[str, str] = YAML(typ="safe").load(ROOT / "galaxy.yml")["dependencies"]
+    folders = [Path(entry) for entry in _collection_folders()]
+    for name, versions in dependencies.items():
+        if not any((folder / "ansible_collections" / name.replace(".", "/")).is_dir() for folder in folders):
+            raise RunError(
+                f"the Kubernetes roles need the collection {name}, which Ansible does not find: install it with "
+                f"ansible-galaxy collection install '{name}:{versions}'"
+            )
 
 
 def _envvars(run_dir: Path) -> dict[str, str]:
@@ -259,6 +289,7 @@ def run_playbook(
     """
     options = options or RunOptions()
     playbook = playbook_path(options.playbook)
+    check_dependencies(inventory)
     folders = secrets_folders(inventory, options.extra_vars)
     progress = RunProgress(hosts or [], redact=Redactor.from_folders(folders))
     cancelled = threading.Event()
