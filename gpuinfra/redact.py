@@ -34,9 +34,16 @@ _CRYPT_HASH = re.compile(
     r"|\$argon2(id|i|d)\$(v=\d+\$)?m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]{16,}"
 )
 
-# Where the roles keep generated secrets on the controller when nothing overrides it (see the roles' defaults:
-# munge and slurm_dbd use its `secrets/` subfolder, the monitoring roles the folder itself).
+# Where gpuinfra keeps a cluster's files on the controller: `<root>/<cluster name>`. The roles generate secrets into
+# its `secrets/` subfolder (`default_secrets_dir`) unless gpuinfra_secrets_dir or a `<role>_secrets_dir` moves them;
+# redaction reads the whole cluster folder, which also holds the sandbox's SSH key.
 DEFAULT_SECRETS_ROOT = "~/.local/share/gpuinfra"
+
+
+def default_secrets_dir(cluster: str) -> str:
+    """The folder every role generates its secrets into by default (`~/` unexpanded): the one spelling that each
+    role's `<role>_secrets_dir` default is checked against (tests/unit/test_role_contracts.py)."""
+    return f"{DEFAULT_SECRETS_ROOT}/{cluster}/secrets"
 
 
 class Redactor:
