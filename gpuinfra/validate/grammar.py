@@ -260,6 +260,19 @@ def image_digest(reference: str) -> str | None:
 Text = Annotated[str, Grammar("single-line text", 256, lambda _: None)]
 """Free text (a description): one line, no control characters, no template delimiters."""
 
+HELM_VALUE_TEXT = Grammar("a single-line Helm value", 4096, lambda _: None)
+"""A string among a chart's values. Charts paste values into YAML, often unquoted, so a newline could add fields or
+whole objects to what they render; template delimiters would run in charts that `tpl` their values."""
+
+HELM_VALUE_KEY_PATTERN = r"[A-Za-z0-9_]([A-Za-z0-9_./-]{0,315})?"
+HELM_VALUE_KEY = Grammar(
+    "a Helm value key (letters, digits, '_', '.', '/' and '-', at most 317)",
+    317,
+    _matches(HELM_VALUE_KEY_PATTERN),
+    HELM_VALUE_KEY_PATTERN,
+)
+"""A key among a chart's values: the chart's own names, or label, annotation and resource names in its free maps."""
+
 EMAIL_PATTERN = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"
 Email = Annotated[
     str, Grammar("an email address", 254, _matches(EMAIL_PATTERN, "write it as name@domain"), EMAIL_PATTERN)

@@ -1,5 +1,6 @@
 """Golden files of the Kubernetes artifacts `gpuinfra plan` shows: the role variables, the GPU Operator's Helm values
-and manifests, the ClusterPolicy the chart builds from those values, and the tenant manifests.
+and manifests, and the tenant manifests. What the chart builds from the values is checked on the chart itself
+(test_gpu_operator_chart.py).
 
 Regenerate with `GPUINFRA_UPDATE_GOLDEN=1 pytest tests/unit/test_kubernetes_golden.py` and review the diff.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_kubernetes_support import GOLDEN, check_golden, cluster_policy, loaded, rendered, yaml_load
+from test_kubernetes_support import GOLDEN, check_golden, loaded, rendered, yaml_load
 
 from gpuinfra.render.vars import kubernetes as k8s_vars
 
@@ -33,14 +34,6 @@ def test_role_variables_match_golden(example: str) -> None:
 @pytest.mark.parametrize("example", K8S_EXAMPLES)
 def test_artifact_matches_golden(example: str, path: str) -> None:
     check_golden(GOLDEN / "kubernetes" / example / path, rendered(example)[path].content)
-
-
-@pytest.mark.parametrize("example", K8S_EXAMPLES)
-def test_cluster_policy_matches_golden(example: str) -> None:
-    values = yaml_load(rendered(example)["gpu-operator/values.yaml"].content)
-    version = loaded(example).model.kubernetes.gpu_operator.chart_version  # type: ignore[union-attr]
-    text = json.dumps(cluster_policy(values, version), indent=2, sort_keys=True) + "\n"
-    check_golden(GOLDEN / "kubernetes" / example / "clusterpolicy.json", text)
 
 
 def test_slurm_cluster_has_no_kubernetes_artifacts() -> None:

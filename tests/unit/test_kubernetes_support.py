@@ -1,15 +1,21 @@
 """Helpers (no tests) shared by the Kubernetes and MIG tests: the example clusters, their rendered artifacts, golden
-files, and the ClusterPolicy the GPU Operator chart would create from gpuinfra's Helm values.
+files, the GPU Operator chart rendered by `helm template`, and the key tree of its values that gpuinfra ships.
 
-No Kubernetes API server runs here. The chart's values and its ClusterPolicy CRD are kept under
-tests/unit/data/k8s/gpu-operator-chart; `cluster_policy` follows the chart's templates/clusterpolicy.yaml
-for the sections gpuinfra sets, so that the spec Helm would submit can be checked against the CRD's schema.
+No Kubernetes API server runs here. The released chart gpuinfra pins is read from beside this checkout
+(../shared/reference/gpu-operator-chart/<version>/gpu-operator), and rendered by the helm of scripts/get-helm; without
+either, the tests that need them skip and say which is missing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from copy import deepcopy
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -17,13 +23,13 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from gpuinfra.model.kubernetes import GpuOperator
 from gpuinfra.render.plan import Rendered, render
 from gpuinfra.validate.load import LoadedCluster, load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "unit" / "golden"
 DATA = ROOT / "tests" / "unit" / "data" / "k8s"
-REFERENCE = DATA / "gpu-operator-chart"
 # Regenerate golden files with GPUINFRA_UPDATE_GOLDEN=1; without it a difference fails the test.
 UPDATE = os.environ.get("GPUINFRA_UPDATE_GOLDEN") == "1"
 
@@ -69,139 +75,219 @@ def check_golden(path: Path, text: str) -> None:
     )
 
 
-@cache
-def chart_values() -> dict[str, Any]:
-    data: dict[str, Any] = yaml_load((REFERENCE / "gpu-operator-values.yaml").read_text())
-    return data
+# --- the GPU Operator chart, rendered by helm -------------------------------------------------------------------
+
+# The released chart packages, unpacked, beside this checkout (../shared/reference/gpu-operator-chart/README.md).
+CHARTS = ROOT.parent / "shared" / "reference" / "gpu-operator-chart"
+CHART_VERSION: str = GpuOperator().chart_version
+CHART_PATH = CHARTS / CHART_VERSION / "gpu-operator"
+# The helm scripts/get-helm fetches (a static linux/amd64 build); GPUINFRA_HELM or a helm on PATH also do.
+HELM_VERSION = "v4.1.4"
+HELM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuinfra" / f"helm-{HELM_VERSION}"
+
+
+def find_helm() -> Path | None:
+    for candidate in (os.environ.get("GPUINFRA_HELM"), HELM_CACHE / "helm", shutil.which("helm")):
+        if candidate and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The pinned gpu-operator chart and a helm to render it."""
+
+    path: Path
+    helm: Path
+
+    def template(self, *values: str, namespace: str = "gpu-operator", flags: tuple[str, ...] = ()) -> list[Any]:
+        """The objects `helm template` renders from the chart with these values files' contents, in order (later
+        files win, as for `helm install -f a -f b`)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            files: list[str] = []
+            for index, text in enumerate(values):
+                path = Path(tmp) / f"values-{index}.yaml"
+                path.write_text(text)
+                files += ["--values", str(path)]
+            done = subprocess.run(
+                [str(self.helm), "template", "gpu-operator", str(self.path), "--namespace", namespace, *files, *flags],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+        if done.returncode != 0:
+            raise HelmError(done.stderr.strip())
+        return yaml_load_all(done.stdout)
+
+
+class HelmError(Exception):
+    """helm refused to render the chart; the message is its stderr."""
+
+
+def chart_path() -> Path:
+    """The pinned chart's folder, or a skip that says it is missing."""
+    if not (CHART_PATH / "Chart.yaml").is_file():
+        pytest.skip(
+            f"{CHART_PATH} is missing: the released GPU Operator chart {CHART_VERSION} is not beside this checkout"
+        )
+    return CHART_PATH
+
+
+def chart() -> Chart:
+    """The pinned chart and a helm, or a skip that says which is missing."""
+    path = chart_path()
+    helm = find_helm()
+    if helm is None:
+        pytest.skip("helm is missing: run scripts/get-helm (or set GPUINFRA_HELM, or put helm on PATH)")
+    return Chart(path, helm)
 
 
 @cache
-def cluster_policy_schema() -> dict[str, Any]:
-    crd = yaml_load((REFERENCE / "gpu-operator-clusterpolicy-crd.yaml").read_text())
+def cluster_policy_schema(chart: Path) -> dict[str, Any]:
+    """The openAPIV3Schema of the chart's ClusterPolicy CRD."""
+    crd = yaml_load((chart / "crds" / "nvidia.com_clusterpolicies.yaml").read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
 
 
-# --- the ClusterPolicy the chart creates ------------------------------------------------------------------------
+# --- the chart's value keys, as gpuinfra ships them (gpuinfra/validate/chart_values.py) -------------------------
 
-
-def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """Helm's merge of user values over the chart's: maps merge key by key, anything else replaces."""
-    out = deepcopy(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = deepcopy(value)
-    return out
-
-
-# Keys the chart's template copies into each spec section only when set (Helm's `if`: not empty, zero or false).
-_IF_SET = ("repository", "image", "version", "imagePullPolicy", "imagePullSecrets", "resources", "env", "args")
-_COPIED: dict[str, tuple[str, ...]] = {
-    "operator": ("runtimeClass", "defaultGPUMode", "initContainer", "use_ocp_driver_toolkit"),
-    "daemonsets": ("annotations", "tolerations", "priorityClassName", "updateStrategy"),
-    "driver": (
-        *_IF_SET,
+# Keys that hold a Kubernetes object or a map with keys of the user's choosing (label, annotation and resource
+# names), which the chart passes on verbatim for the API server to check: any sub-keys are allowed there, whatever
+# the chart's default happens to show (operator.nodeSelector has one label, operator.affinity one preference).
+FREE_KEYS = frozenset(
+    {
+        "labels",
+        "annotations",
+        "nodeSelector",
+        "affinity",
+        "resources",
+        "securityContext",
+        "podSecurityContext",
         "startupProbe",
         "livenessProbe",
         "readinessProbe",
-        "repoConfig",
-        "certConfig",
-        "licensingConfig",
-        "virtualTopology",
-        "kernelModuleConfig",
-        "secretEnv",
-        "hostNetwork",
-    ),
-    "toolkit": (*_IF_SET, "installDir", "hostNetwork"),
-    "devicePlugin": (*_IF_SET, "hostNetwork"),
-    "dcgm": (*_IF_SET, "hostNetwork"),
-    "dcgmExporter": (*_IF_SET, "annotations", "serviceMonitor", "service", "hostPID", "hostNetwork", "hpcJobMapping"),
-    "gfd": (*_IF_SET, "hostNetwork"),
-    "migManager": (*_IF_SET, "gpuClientsConfig", "hostNetwork"),
-    "nodeStatusExporter": (*_IF_SET, "hostNetwork"),
-}
-# Keys it always writes.
-_ALWAYS: dict[str, tuple[str, ...]] = {
-    "driver": ("enabled", "kernelModuleType", "usePrecompiled", "rdma"),
-    "toolkit": ("enabled",),
-    "devicePlugin": ("enabled",),
-    "dcgm": ("enabled",),
-    "dcgmExporter": ("enabled",),
-    "gfd": ("enabled",),
-    "migManager": ("enabled",),
-    "nodeStatusExporter": ("enabled",),
-    "psa": ("enabled",),
-    "cdi": ("enabled",),
-}
-
-
-def cluster_policy(values: dict[str, Any], chart_version: str) -> dict[str, Any]:
-    """The ClusterPolicy the chart renders from its values.yaml overlaid with `values`, for the sections the CRD
-    requires and those gpuinfra sets. Renamed and reshaped keys follow the chart: `driver.upgradePolicy.
-    gpuPodDeletion` becomes `podDeletion`, `nvidiaDriverCRD.enabled` becomes `useNvidiaDriverCRD`, and of the
-    ConfigMap references only `name` and `default` reach the spec (`create` and `data` make the chart's own
-    ConfigMaps)."""
-    v = merge(chart_values(), values)
-    spec: dict[str, Any] = {}
-    for section in {*_COPIED, *_ALWAYS}:
-        source = v.get(section, {})
-        out = {key: deepcopy(source[key]) for key in _ALWAYS.get(section, ()) if key in source}
-        out.update({key: deepcopy(source[key]) for key in _COPIED.get(section, ()) if source.get(key)})
-        spec[section] = out
-    if v["daemonsets"].get("rollingUpdate"):
-        spec["daemonsets"]["rollingUpdate"] = {
-            "maxUnavailable": str(v["daemonsets"]["rollingUpdate"]["maxUnavailable"])
-        }
-    if v["mig"].get("strategy"):
-        spec["mig"] = {"strategy": v["mig"]["strategy"]}
-    if v["cdi"].get("enabled") and v["cdi"].get("nriPluginEnabled"):
-        spec["cdi"]["nriPluginEnabled"] = True
-    driver = v["driver"]
-    spec["driver"]["useNvidiaDriverCRD"] = bool(driver.get("nvidiaDriverCRD", {}).get("enabled"))
-    spec["driver"]["manager"] = {k: deepcopy(driver["manager"][k]) for k in _IF_SET if driver["manager"].get(k)}
-    policy = driver.get("upgradePolicy")
-    if policy:
-        spec["driver"]["upgradePolicy"] = {
-            "autoUpgrade": bool(policy.get("autoUpgrade")),
-            "maxParallelUpgrades": policy.get("maxParallelUpgrades") or 0,
-            "maxUnavailable": policy.get("maxUnavailable") or "25%",
-            "waitForCompletion": {
-                "timeoutSeconds": policy["waitForCompletion"]["timeoutSeconds"],
-                **_if_set(policy["waitForCompletion"], "podSelector"),
-            },
-            "podDeletion": {
-                "force": bool(policy["gpuPodDeletion"].get("force")),
-                "timeoutSeconds": policy["gpuPodDeletion"]["timeoutSeconds"],
-                "deleteEmptyDir": bool(policy["gpuPodDeletion"].get("deleteEmptyDir")),
-            },
-            "drain": {
-                "enable": bool(policy["drain"].get("enable")),
-                "force": bool(policy["drain"].get("force")),
-                **_if_set(policy["drain"], "podSelector"),
-                "timeoutSeconds": policy["drain"]["timeoutSeconds"],
-                "deleteEmptyDir": bool(policy["drain"].get("deleteEmptyDir")),
-            },
-        }
-    plugin_config = v["devicePlugin"].get("config") or {}
-    if plugin_config.get("name"):
-        spec["devicePlugin"]["config"] = {"name": plugin_config["name"], "default": plugin_config.get("default", "")}
-    mig_config = v["migManager"].get("config")
-    if mig_config:
-        spec["migManager"]["config"] = {**_if_set(mig_config, "name"), "default": mig_config.get("default", "")}
-    exporter_config = v["dcgmExporter"].get("config") or {}
-    if exporter_config.get("name"):
-        spec["dcgmExporter"]["config"] = {"name": exporter_config["name"]}
-    spec["nodeStatusExporter"].setdefault("version", chart_version)
-    return {
-        "apiVersion": "nvidia.com/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": "cluster-policy"},
-        "spec": spec,
     }
+)
+_REFERENCE = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+_VERBATIM = re.compile(r"toYaml\s+\(?\s*\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+# A key the templates read but values.yaml does not set: known, of a kind nothing says.
+_READ = "read"
 
 
-def _if_set(source: dict[str, Any], key: str) -> dict[str, Any]:
-    return {key: source[key]} if source.get(key) else {}
+def _kinds(value: Any) -> Any:
+    """values.yaml as a key tree: an empty map is the user's to fill, a null is anything the templates accept."""
+    if isinstance(value, dict):
+        return {str(k): _kinds(v) for k, v in value.items()} if value else "map"
+    if value is None:
+        return "any"
+    return "list" if isinstance(value, list) else "scalar"
+
+
+def _union(a: Any, b: Any) -> Any:
+    """What two sources say about one key, together: known keys add up; a free map or `any` on either side wins, as
+    the side that documents the key as free-form is the one that reads it."""
+    if a == _READ:
+        return b
+    if b == _READ:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = _union(out[key], value) if key in out else value
+        return out
+    if a == b:
+        return a
+    other = b if isinstance(a, dict) else a if isinstance(b, dict) else None
+    return other if other == "map" else "any"
+
+
+def _chart_tree(chart: Path) -> dict[str, Any]:
+    """One chart's values.yaml plus the keys its templates read (deepest first, so that a key read both whole and
+    by its parts becomes a mapping of those parts)."""
+    values = yaml_load((chart / "values.yaml").read_text())
+    tree: dict[str, Any] = _kinds(values) if values else {}
+    references = {
+        tuple(match.group(1)[1:].split("."))
+        for path in sorted((chart / "templates").rglob("*"))
+        if path.is_file()
+        for match in _REFERENCE.finditer(path.read_text())
+    }
+    for parts in sorted(references, key=lambda p: (-len(p), p)):
+        _fill(tree, list(parts))
+    return tree
+
+
+def _fill(tree: dict[str, Any], parts: list[str]) -> None:
+    node: Any = tree
+    for index, part in enumerate(parts):
+        if not isinstance(node, dict):
+            return  # below a leaf that values.yaml already describes
+        if part not in node:
+            node[part] = _READ if index == len(parts) - 1 else {}
+        node = node[part]
+
+
+def _crd_tree(schema: dict[str, Any]) -> Any:
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return "any"
+    if "properties" in schema:
+        return {key: _crd_tree(value) for key, value in schema["properties"].items()}
+    kind = schema.get("type")
+    return {"object": "map", "array": "list", None: "any"}.get(kind, "scalar")
+
+
+def _copied_into_cluster_policy(chart: Path) -> dict[str, Any]:
+    """Sections templates/clusterpolicy.yaml copies verbatim (`toYaml .Values.x.y`) into the ClusterPolicy's
+    `spec.x.y`: their keys are the CRD's there, which may hold more than the chart's default shows."""
+    spec = cluster_policy_schema(chart)["properties"]["spec"]
+    tree: dict[str, Any] = {}
+    for match in _VERBATIM.finditer((chart / "templates" / "clusterpolicy.yaml").read_text()):
+        parts = match.group(1)[1:].split(".")
+        node: dict[str, Any] | None = spec
+        for part in parts:
+            node = (node or {}).get("properties", {}).get(part)
+        if node is None:
+            continue  # copied under another name: the chart's own keys stand
+        sub: Any = _crd_tree(node)
+        for part in reversed(parts):
+            sub = {part: sub}
+        tree = _union(tree, sub)
+    return tree
+
+
+def _free(tree: Any) -> Any:
+    if not isinstance(tree, dict):
+        return "any" if tree == _READ else tree
+    return {key: "map" if key in FREE_KEYS and isinstance(value, dict) else _free(value) for key, value in tree.items()}
+
+
+def chart_key_tree(chart: Path) -> dict[str, Any]:
+    """The key tree of the chart's values, as gpuinfra/data ships it (the format is in chart_values.py): values.yaml
+    and the keys its templates read, each subchart's under its name (and its `global`), and the CRD's keys for the
+    sections the chart copies verbatim into the ClusterPolicy."""
+    tree = _chart_tree(chart)
+    for subchart in sorted(p for p in (chart / "charts").iterdir() if (p / "Chart.yaml").is_file()):
+        sub = _chart_tree(subchart)
+        shared = sub.pop("global", None)
+        tree = _union(tree, {subchart.name: sub})
+        if shared is not None:
+            tree = _union(tree, {"global": shared})
+    tree = _union(tree, _copied_into_cluster_policy(chart))
+    free: dict[str, Any] = _free(tree)
+    return free
+
+
+def chart_key_tree_file(chart: Path) -> str:
+    """The JSON file gpuinfra ships for the chart."""
+    package = chart.parent / f"gpu-operator-{CHART_VERSION}.tgz"
+    document = {
+        "chart": "gpu-operator",
+        "version": CHART_VERSION,
+        "package_sha256": hashlib.sha256(package.read_bytes()).hexdigest() if package.is_file() else None,
+        "generated_by": "tests/unit/test_gpu_operator_chart.py (GPUINFRA_UPDATE_GOLDEN=1)",
+        "values": chart_key_tree(chart),
+    }
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
