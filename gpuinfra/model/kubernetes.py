@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -61,6 +61,10 @@ class GpuOperator(Model):
     """Run the operator's DCGM exporter on every GPU node."""
     service_monitor: bool = True
     """Create a ServiceMonitor for the DCGM exporter (needs the Prometheus operator CRDs)."""
+    extra_values: dict[str, Any] = {}
+    """More values for the chart, given to Helm after gpuinfra's (they win where both set a key). Each key must be a
+    value of the chart version gpuinfra pins (Helm would ignore any other without a word); strings are single-line,
+    without template delimiters."""
 
 
 class TimeSlicing(Model):

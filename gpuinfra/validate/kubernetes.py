@@ -1,4 +1,5 @@
-"""Kubernetes rules: tenants' namespaces, and quotas and limits against the GPU capacity the workers advertise.
+"""Kubernetes rules: the GPU Operator's extra chart values, tenants' namespaces, and quotas and limits against the GPU
+capacity the workers advertise.
 
 Capacity findings are warnings, not errors: a site may overcommit quotas on purpose, or add nodes later.
 """
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 
 from ..model.kubernetes import Kubernetes, Tenant
 from ..resolve import Host, ResolvedCluster
+from . import chart_values
 from .grammar import DNS_LABEL_PATTERN
 from .report import Report
 from .source import Loc
@@ -26,6 +28,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
     k8s = rc.model.kubernetes
     if k8s is None:
         return
+    _extra_values(k8s, report)
     if not {role for host in rc.hosts.values() for role in host.roles} & K8S_ROLES:
         report.error(("kubernetes",), "no host has a k8s_control or k8s_gpu_worker role")
         return
@@ -45,6 +48,25 @@ def check(rc: ResolvedCluster, report: Report) -> None:
         seen.setdefault(namespace, name)
     for loc, message in capacity_warnings(rc):
         report.warning(loc, message)
+
+
+def _extra_values(k8s: Kubernetes, report: Report) -> None:
+    """Every key of `gpu_operator.extra_values` is a value of the chart, and every string fits in one."""
+    op = k8s.gpu_operator
+    if not op.extra_values:
+        return
+    loc: Loc = ("kubernetes", "gpu_operator", "extra_values")
+    tree = chart_values.key_tree(op.chart_version)
+    if tree is None:
+        known = ", ".join(chart_values.shipped_versions()) or "none"
+        report.warning(
+            loc,
+            f"keys not checked: gpuinfra knows the values of the chart {chart_values.CHART} {known}, not "
+            f"{op.chart_version}, so a misspelt key is ignored by Helm without a word",
+        )
+        tree = "any"
+    for where, message in chart_values.check(op.extra_values, tree, op.chart_version, loc):
+        report.error(where, message)
 
 
 def gpu_resources(k8s: Kubernetes) -> list[str]:

@@ -1,5 +1,5 @@
 """The GPU Operator chart gpuinfra pins, rendered offline by `helm template` from the values the gpu_operator role
-writes:
+writes (values.yaml, then the cluster file's extra values, as `helm install -f ... -f ...` takes them):
 
 - the ClusterPolicy the chart creates carries what the cluster file says: the MIG strategy and the MIG manager's
   ConfigMap, the device plugin's time-slicing ConfigMap, the driver and toolkit switches, CDI, the DCGM exporter and
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -27,6 +28,7 @@ import kubernetes_validate
 import pytest
 from test_kubernetes_support import (
     CHART_VERSION,
+    DATA,
     UPDATE,
     Chart,
     HelmError,
@@ -39,8 +41,10 @@ from test_kubernetes_support import (
     yaml_load,
 )
 
+from gpuinfra.errors import InvalidInput
 from gpuinfra.render.vars import kubernetes as k8s_vars
 from gpuinfra.validate import chart_values
+from gpuinfra.validate.load import load_cluster
 
 K8S_EXAMPLES = ["k8s-mig", "mig-mixed", "time-slicing"]
 # As for gpuinfra's own manifests (test_kubernetes_schemas.py): an older release, so that the release holds on older
@@ -57,8 +61,13 @@ def _variables(example: str) -> dict[str, Any]:
 
 
 def _values_files(example: str) -> tuple[str, ...]:
-    """The values files the role hands to Helm."""
-    return (rendered(example)["gpu-operator/values.yaml"].content,)
+    """The values files the role hands to Helm: values.yaml and, when the cluster file has any, the extra values
+    (written here as JSON, which is YAML; the role writes the same data with to_nice_yaml)."""
+    files = [rendered(example)["gpu-operator/values.yaml"].content]
+    extra = _variables(example)["gpu_operator_extra_values"]
+    if extra:
+        files.append(json.dumps(extra))
+    return tuple(files)
 
 
 def _values(example: str) -> dict[str, Any]:
@@ -218,6 +227,16 @@ def test_an_operator_driver_and_toolkit_get_gpuinfra_settings(releases: dict[str
     }
 
 
+def test_extra_values_reach_the_release(releases: dict[str, list[dict[str, Any]]]) -> None:
+    """The cluster file's extra values come after gpuinfra's, merged key by key as Helm merges values files."""
+    objects = releases["time-slicing"]
+    spec = _cluster_policy(objects)["spec"]
+    assert spec["validator"]["driver"]["env"] == [{"name": "DISABLE_DEV_CHAR_SYMLINK_CREATION", "value": "true"}]
+    container = _operator_container(objects)
+    # memory from the cluster file, cpu still the chart's default
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "512Mi"}
+
+
 @pytest.mark.parametrize("example", K8S_EXAMPLES)
 def test_the_release_validates_against_kubernetes_schemas(
     releases: dict[str, list[dict[str, Any]]], example: str
@@ -285,7 +304,10 @@ def test_the_shipped_key_tree_is_the_charts() -> None:
 @pytest.mark.parametrize("example", K8S_EXAMPLES)
 def test_every_value_gpuinfra_sets_is_a_key_of_the_chart(example: str) -> None:
     """By the shipped tree: runs without the chart (the test above keeps the tree true to it)."""
-    assert chart_values.check(_values(example), _shipped_tree(), CHART_VERSION) == []
+    values = _values(example)
+    assert chart_values.check(values, _shipped_tree(), CHART_VERSION) == []
+    extra = _variables(example)["gpu_operator_extra_values"]
+    assert chart_values.check(extra, _shipped_tree(), CHART_VERSION) == []
 
 
 def test_a_misspelt_value_is_caught() -> None:
@@ -320,4 +342,27 @@ def test_free_maps_take_any_key_and_known_ones_only_their_kind() -> None:
         ("driver", "version"),
         ("driver", "upgradePolicy"),
         ("daemonsets", "tolerations"),
+    ]
+
+
+def test_extra_values_for_another_chart_version_are_a_warning(tmp_path: Path) -> None:
+    """gpuinfra knows the keys of the chart it pins only: for another version it says so, and still refuses what no
+    chart can take safely."""
+    text = (DATA / "time-slicing.yml").read_text().replace(f"chart_version: {CHART_VERSION}", "chart_version: v25.10.0")
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(text.replace("memory: 512Mi", "memory: 512Mi, unknownKey: 1"))
+    found = [(d.path, d.severity, d.message) for d in load_cluster(cluster).warnings]
+    assert found == [
+        (
+            "kubernetes.gpu_operator.extra_values",
+            "warning",
+            f"keys not checked: gpuinfra knows the values of the chart gpu-operator {CHART_VERSION}, not v25.10.0, so "
+            "a misspelt key is ignored by Helm without a word",
+        )
+    ]
+    cluster.write_text(text.replace('value: "true"', "value: \"{{ lookup('env', 'HOME') }}\""))
+    with pytest.raises(InvalidInput) as caught:
+        load_cluster(cluster)
+    assert [d.path for d in caught.value.diagnostics if d.severity == "error"] == [
+        "kubernetes.gpu_operator.extra_values.validator.driver.env[0].value"
     ]

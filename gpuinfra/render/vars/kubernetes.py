@@ -65,6 +65,7 @@ def _operator_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
         "gpu_operator_daemonset_tolerations": daemonset_tolerations(rc, k8s),
         "gpu_operator_dcgm_exporter_enabled": op.dcgm_exporter,
         "gpu_operator_service_monitor_enabled": op.service_monitor,
+        "gpu_operator_extra_values": op.extra_values,
     }
 
 
