@@ -80,6 +80,13 @@ def sandbox() -> Path:
     return SANDBOX_CLUSTER
 
 
+@pytest.fixture(scope="module")
+def converged(sandbox: Path) -> tuple[int, dict[str, Any]]:
+    """The module's first apply, which converges the sandbox: for every test that needs a converged sandbox,
+    whichever of them runs first (`-k` may pick one alone)."""
+    return apply_json(sandbox, "--yes", "--detailed-exitcode")
+
+
 def test_the_sandbox_hosts_have_their_fake_gpus(sandbox: Path) -> None:
     listing = on_host("gpu01", "ls", "/dev")
     assert listing.returncode == 0, listing.stderr
@@ -88,14 +95,42 @@ def test_the_sandbox_hosts_have_their_fake_gpus(sandbox: Path) -> None:
     assert on_host("ctl01", "ls", "/dev/nvidia0").returncode != 0
 
 
-def test_apply_converges_then_reapply_changes_nothing(sandbox: Path) -> None:
-    code, first = apply_json(sandbox, "--yes", "--detailed-exitcode")
+def test_apply_converges_then_reapply_changes_nothing(sandbox: Path, converged: tuple[int, dict[str, Any]]) -> None:
+    code, first = converged
     assert first["failures"] == [], first["failures"]
     assert code in (0, 2) and first["targets"] == ["ctl01", "gpu01", "gpu02"]
     code, second = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert second["failures"] == [], second["failures"]
     assert (code, second["status"], second["changes"]) == (0, "ok", [])
     assert {name: stats["changed"] for name, stats in second["hosts"].items()} == dict.fromkeys(second["hosts"], 0)
+
+
+def test_plain_ansible_playbook_with_the_inventory_plugin_changes_nothing(
+    sandbox: Path, converged: tuple[int, dict[str, Any]], tmp_path: Path
+) -> None:
+    """`ansible-playbook -i cluster.yml gpuinfra.cluster.site` without gpuinfra's CLI, with docs/ansible.cfg, on
+    the sandbox apply converged: the inventory plugin gives the playbooks the inputs apply gives them, so nothing
+    changes. The outcome is read from the JSON callback's stats, never from printed output."""
+    assert converged[1]["failures"] == [], converged[1]["failures"]
+    collections = tmp_path / "collections"
+    (collections / "ansible_collections" / "gpuinfra").mkdir(parents=True)
+    (collections / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
+    env = {
+        **VENV_ENV,
+        "ANSIBLE_CONFIG": str(ROOT / "docs" / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(collections),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+    }
+    for name in ("ANSIBLE_INVENTORY_ENABLED", "ANSIBLE_PIPELINING", "ANSIBLE_GATHERING"):
+        env.pop(name, None)
+    done = subprocess.run(
+        ["ansible-playbook", "-i", str(sandbox), "gpuinfra.cluster.site"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1800, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stats = json.loads(done.stdout)["stats"]
+    outcome = {host: (s["changed"], s["failures"], s["unreachable"]) for host, s in stats.items()}
+    assert outcome == dict.fromkeys(["ctl01", "gpu01", "gpu02"], (0, 0, 0)), outcome
 
 
 def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
