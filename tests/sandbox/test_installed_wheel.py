@@ -55,14 +55,14 @@ def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_installed_wheel_validates_plans_and_checks_the_converged_sandbox(installed: Path, elsewhere: Path) -> None:
-    up = _run([str(installed), "sandbox", "up"], cwd=elsewhere)
+    up = _run([str(installed), "sandbox", "up", "cluster.yml"], cwd=elsewhere)
     assert up.returncode == 0, up.stderr
 
     version = _run([str(installed), "--version"], cwd=elsewhere)
     assert version.returncode == 0 and version.stdout.startswith("gpuinfra "), version.stderr
 
     valid = _run([str(installed), "validate", "cluster.yml"], cwd=elsewhere)
-    assert (valid.returncode, valid.stdout.strip()) == (0, "cluster.yml: valid"), valid.stderr
+    assert (valid.returncode, valid.stderr.strip()) == (0, "cluster.yml: valid"), valid.stdout
 
     plan = _run([str(installed), "plan", "cluster.yml", "--json"], cwd=elsewhere)
     assert plan.returncode == 0, plan.stderr
