@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         playbook=KERNEL_PLAYBOOK if args.kernel else DRIVER_PLAYBOOK,
         extra_vars={"node_drain_timeout": drain_timeout, "upgrade_reboot": policy.reboot, **extra},
         cancel=cancel,
+        phase_timeout=duration_seconds(policy.phase_timeout),
+        drain_timeout=drain_timeout,
     )
     lock = threading.Lock()
 

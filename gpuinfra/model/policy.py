@@ -26,6 +26,9 @@ class Upgrade(Model):
     """Nodes upgraded alone first."""
     health_gate: bool = True
     drain_timeout: Duration = "4h"
+    phase_timeout: Duration = "1h"
+    """Longest a phase may run besides waiting for jobs (the drain phase gets drain_timeout on top): a hung phase
+    is stopped and its node reported failed, left drained."""
     max_failures: NonNegativeInt = 0
     """Failed nodes tolerated before the run stops."""
     reboot: Literal["when_needed", "always", "never"] = "when_needed"

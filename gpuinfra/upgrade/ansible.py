@@ -29,7 +29,14 @@ class AnsibleExecutor:
     extra_vars: Mapping[str, Any] = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)
     phase_timeout: int | None = None
-    """Seconds one phase may run (the drain phase waits for jobs, so leave room for the drain timeout)."""
+    """Seconds a phase may run besides waiting for jobs; None for no limit."""
+    drain_timeout: int = 0
+    """Seconds the drain phase may wait for jobs, on top of phase_timeout."""
+
+    def timeout(self, phase: str) -> int | None:
+        if self.phase_timeout is None:
+            return None
+        return self.phase_timeout + (self.drain_timeout if phase == "drain" else 0)
 
     def __call__(self, node: str, phase: str) -> PhaseResult:
         options = RunOptions(
@@ -37,7 +44,7 @@ class AnsibleExecutor:
             limit=node,
             tags=(phase,),
             extra_vars=dict(self.extra_vars),
-            timeout=self.phase_timeout,
+            timeout=self.timeout(phase),
         )
         result = run_playbook(self.inventory, options, hosts=[node], cancel=self.cancel.is_set)
         return phase_result(result, node)
