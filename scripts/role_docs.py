@@ -23,7 +23,8 @@ from ruamel.yaml import YAML
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ROOT / "roles"
 COMMAND = ".venv/bin/python scripts/role_docs.py"
-BEGIN = f"<!-- BEGIN VARIABLES: generated from meta/argument_specs.yml by `{COMMAND}`; do not edit -->"
+BEGIN_PREFIX = "<!-- BEGIN VARIABLES"  # how a README's section is found, whatever the rest of its marker says
+BEGIN = f"{BEGIN_PREFIX}: generated from meta/argument_specs.yml by `{COMMAND}`; do not edit -->"
 END = "<!-- END VARIABLES -->"
 
 
@@ -110,7 +111,7 @@ def section(role_dir: Path) -> str:
 def readme(role_dir: Path, current: str | None) -> str:
     """The README with its generated section brought up to date; the rest of `current` is kept as it is."""
     generated = section(role_dir)
-    if current is None or BEGIN.split(":")[0] not in current:
+    if current is None or BEGIN_PREFIX not in current:
         title = f"# gpuinfra.cluster.{role_dir.name}\n\n"
         meta = _load(role_dir / "meta" / "main.yml") or {}
         summary = (meta.get("galaxy_info") or {}).get("description")
@@ -118,7 +119,7 @@ def readme(role_dir: Path, current: str | None) -> str:
         if current is None:
             return title + intro + generated
         return current.rstrip("\n") + "\n\n" + generated
-    head, rest = current.split(BEGIN.split(":")[0], 1)
+    head, rest = current.split(BEGIN_PREFIX, 1)
     if END not in rest:
         raise SystemExit(f"{role_dir / 'README.md'}: {END!r} is missing after the BEGIN marker")
     tail = rest.split(END, 1)[1]
