@@ -5,12 +5,16 @@
 Parses `nvidia-smi -q -x`, the NVRM XID lines of the kernel log and `dkms status`, and turns them, with a policy,
 into a verdict: per-GPU problems and node problems, each a sentence an operator can act on.
 
-Runs on managed hosts (the `gpu_health` module) and on the controller (the testinfra suite, tests): standard
-library only, Python 3.9 or newer, no I/O here. Callers run the commands and hand over their output.
+This is the one copy of that parsing. It runs on managed hosts (the `gpu_health` and `nvidia_dkms_status` modules,
+the `gpuinfra-health` program the gpu_health_check role installs) and on the controller (the testinfra suite,
+tests): standard library only, Python 3.9 or newer, no I/O here. node_probe.py runs the commands.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,10 +38,12 @@ _XID = re.compile(
     r"(?:\.[0-7])?(?:\s+GPU-I:(?P<gi>[0-9]+))?\):\s*(?P<xid>[0-9]+)(?:,\s*(?P<message>.*))?"
 )
 _BUS_ID = re.compile(r"^(?:PCI:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?$")
-# DKMS 3: "name/version, kernel, arch: state (note)"; DKMS 2: "name, version, kernel, arch: state".
+# DKMS 3: "name/version, kernel, arch: state (note)"; DKMS 2: "name, version, kernel, arch: state". Both print
+# "name[/,] version: added" for a module added but built for no kernel.
 _DKMS = re.compile(
-    r"^(?P<name>[^,/\s]+)(?:/|,\s*)(?P<version>[^,:\s]+),\s*(?P<kernel>[^,:\s]+),\s*(?P<arch>[^,:\s]+):\s*"
-    r"(?P<state>[A-Za-z-]+)(?:\s*\((?P<note>.*)\))?\s*$"
+    r"^(?P<name>[^\s,/:]+)\s*[/,]\s*(?P<version>[^\s,:]+)"
+    r"(?:,\s*(?P<kernel>[^\s,:]+))?(?:,\s*(?P<arch>[^\s,:]+))?"
+    r":\s*(?P<state>[A-Za-z-]+)(?:\s*\((?P<note>.*)\))?\s*$"
 )
 _LEADING_INT = re.compile(r"^\s*(-?[0-9]+)")
 # The process an XID names comes first in its message ("pid=..., name=..., "); the cause follows.
@@ -56,6 +62,8 @@ class Gpu:
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    pci_device_id: str | None = None
+    """Device ID as the catalog writes it, "0x" and four upper-case hex digits (0x2330), from `pci_device_id`."""
     minor_number: int | None = None
     persistence_mode: str | None = None
     mig_current: str | None = None
@@ -76,6 +84,8 @@ class Gpu:
     pcie_width_max: int | None = None
     lost: bool = False
     reset_required: bool | None = None
+    fabric_state: str | None = None
+    fabric_status: str | None = None
 
     @property
     def label(self) -> str:
@@ -109,6 +119,7 @@ class DkmsEntry:
     module: str
     version: str
     kernel: str
+    """Empty for a module added to DKMS but built for no kernel."""
     arch: str
     state: str
     note: str = ""
@@ -119,6 +130,12 @@ class Policy:
     """What counts as healthy. Mirrors the model's `health` section plus the per-host facts."""
 
     expected_count: int | None = None
+    expected_model: str = ""
+    """The catalog name of the node's GPU model (H100-SXM5-80GB); empty: not checked."""
+    expected_pci_ids: Sequence[str] = ()
+    """The model's PCI device IDs ("0x2330"); a GPU with another ID is the wrong model."""
+    fabric_manager: bool = False
+    """The GPUs sit on an NVSwitch fabric: each must report its fabric registration complete."""
     driver_version: str = ""
     """Exact pin (535.261.03) or a branch (535); empty: not checked."""
     max_temperature_c: int = 85
@@ -129,6 +146,8 @@ class Policy:
     check_mig: bool = True
     mig_layouts: Mapping[str, str] = field(default_factory=dict)
     """GPU index (as a string) -> MIG layout name; GPUs without an entry must have MIG disabled."""
+    xid_window: str = "since boot"
+    """Which part of the kernel log the XIDs handed to `assess` come from, for the problem's wording."""
 
 
 # --- nvidia-smi -q -x ------------------------------------------------------------------------------------------
@@ -252,6 +271,7 @@ def _gpu(index: int, element: ET.Element) -> Gpu:
         name=_text(element, "product_name"),
         uuid=_text(element, "uuid"),
         pci_bus_id=_text(element, "pci/pci_bus_id") or (element.get("id") or None),
+        pci_device_id=_device_id(_text(element, "pci/pci_device_id")),
         minor_number=_int(element, "minor_number"),
         persistence_mode=_text(element, "persistence_mode"),
         mig_current=_text(element, "mig_mode/current_mig"),
@@ -272,7 +292,16 @@ def _gpu(index: int, element: ET.Element) -> Gpu:
         pcie_width_max=_int(link, "link_widths/max_link_width"),
         lost=_is_lost(element),
         reset_required=_yes_no(_text(element, "gpu_reset_status/reset_required")),
+        fabric_state=_text(element, "fabric/state"),
+        fabric_status=_text(element, "fabric/status"),
     )
+
+
+def _device_id(value: str | None) -> str | None:
+    """`233010DE` (device, then vendor) -> `0x2330`."""
+    if not value or not re.match(r"^(0x)?[0-9A-Fa-f]{8}$", value):
+        return None
+    return "0x" + value[-8:-4].upper()
 
 
 def parse_smi_xml(data: Any) -> SmiReport:
@@ -378,7 +407,7 @@ def parse_xid_log(text: str) -> list[XidEvent]:
 
 
 def parse_dkms_status(text: str) -> list[DkmsEntry]:
-    """Lines of `dkms status` that name a kernel, in the DKMS 2.x or 3.x format; other lines are ignored."""
+    """Status lines of `dkms status`, in the DKMS 2.x or 3.x format; other lines are ignored."""
     entries = []
     for line in text.splitlines():
         match = _DKMS.match(line.strip())
@@ -387,8 +416,8 @@ def parse_dkms_status(text: str) -> list[DkmsEntry]:
                 DkmsEntry(
                     module=match.group("name"),
                     version=match.group("version"),
-                    kernel=match.group("kernel"),
-                    arch=match.group("arch"),
+                    kernel=match.group("kernel") or "",
+                    arch=match.group("arch") or "",
                     state=match.group("state").lower(),
                     note=(match.group("note") or "").strip(),
                 )
@@ -406,6 +435,64 @@ def version_matches(actual: str | None, pin: str) -> bool:
     if "." not in pin:
         return actual.split(".")[0] == pin
     return actual == pin
+
+
+def _order(char: str) -> int:
+    if char == "~":
+        return -1
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256 if char else 0
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Negative, zero or positive as `a` sorts before, with or after `b`, the way dpkg orders upstream versions
+    (kernel releases such as 6.1.0-31-amd64 and 6.12.95+deb12-amd64 included)."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        first_diff = 0
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _order(a[i]) if i < len(a) and not a[i].isdigit() else 0
+            bc = _order(b[j]) if j < len(b) and not b[j].isdigit() else 0
+            if ac != bc:
+                return ac - bc
+            i += 1
+            j += 1
+        while i < len(a) and a[i] == "0":
+            i += 1
+        while j < len(b) and b[j] == "0":
+            j += 1
+        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+            if not first_diff:
+                first_diff = ord(a[i]) - ord(b[j])
+            i += 1
+            j += 1
+        if i < len(a) and a[i].isdigit():
+            return 1
+        if j < len(b) and b[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+version_key = functools.cmp_to_key(compare_versions)
+
+
+def installed_kernels(boot_dir: str = "/boot", modules_dir: str = "/lib/modules", running: str = "") -> list[str]:
+    """Kernel releases installed on this root file system, oldest first: an image in /boot (vmlinuz-RELEASE, the
+    way GRUB's generator finds them) or in the release's modules folder; and `running` where its modules folder
+    exists (in a container the running kernel belongs to the host, so it counts only with its modules here)."""
+    releases = set()
+    for path in glob.glob(os.path.join(boot_dir, "vmlinuz-*")):
+        release = os.path.basename(path)[len("vmlinuz-") :]
+        if release and not release.endswith((".old", ".bak")) and "rescue" not in release:
+            releases.add(release)
+    for path in glob.glob(os.path.join(modules_dir, "*", "vmlinuz")):
+        releases.add(os.path.basename(os.path.dirname(path)))
+    if running and os.path.isdir(os.path.join(modules_dir, running)):
+        releases.add(running)
+    return sorted(releases, key=version_key)
 
 
 def dkms_problems(
@@ -474,6 +561,9 @@ def _mig_problems(gpu: Gpu, policy: Policy) -> list[str]:
 def gpu_problems(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent] = ()) -> list[str]:
     """Every reason this GPU is not healthy under the policy, in a fixed order."""
     problems = []
+    if policy.expected_pci_ids and gpu.pci_device_id and gpu.pci_device_id not in policy.expected_pci_ids:
+        expected = policy.expected_model or ", ".join(policy.expected_pci_ids)
+        problems.append(f"is a {gpu.name} (PCI device {gpu.pci_device_id}), the model expects {expected}")
     if gpu.lost:
         problems.append("nvidia-smi reports the GPU as lost or needing a reset: it has fallen off the bus")
     elif gpu.reset_required:
@@ -509,13 +599,21 @@ def gpu_problems(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent] = ()) -> lis
             and gpu.pcie_gen_current < gpu.pcie_gen_max
         ):
             problems.append(f"PCIe link Gen{gpu.pcie_gen_current} is below its maximum Gen{gpu.pcie_gen_max}")
+    fabric_done = gpu.fabric_state == "Completed" and (gpu.fabric_status or "Success") == "Success"
+    if policy.fabric_manager and gpu.fabric_state is not None and not fabric_done:
+        problems.append(
+            f"NVSwitch fabric registration is {gpu.fabric_state} ({gpu.fabric_status or 'no status'}): "
+            "is nvidia-fabricmanager running, at the driver's version?"
+        )
     if policy.check_mig:
         problems.extend(_mig_problems(gpu, policy))
-    problems.extend(xid_problems(xids, policy.allowed_xids))
+    problems.extend(xid_problems(xids, policy.allowed_xids, since=policy.xid_window))
     return problems
 
 
-def xid_problems(events: Sequence[XidEvent], allowed: Sequence[int], where: str = "") -> list[str]:
+def xid_problems(
+    events: Sequence[XidEvent], allowed: Sequence[int], where: str = "", since: str = "since boot"
+) -> list[str]:
     counts: dict[int, list[XidEvent]] = {}
     for event in events:
         if event.xid not in allowed:
@@ -526,7 +624,7 @@ def xid_problems(events: Sequence[XidEvent], allowed: Sequence[int], where: str 
         times = "1 time" if len(seen) == 1 else f"{len(seen)} times"
         cause = _XID_PROCESS.sub("", seen[0].message)
         detail = f": {cause}" if cause else ""
-        problems.append(f"XID {xid} in the kernel log since boot{where} ({times}){detail}")
+        problems.append(f"XID {xid} in the kernel log {since}{where} ({times}){detail}")
     return problems
 
 
@@ -537,6 +635,7 @@ def gpu_summary(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent], problems: li
         "name": gpu.name,
         "uuid": gpu.uuid,
         "pci_bus_id": gpu.pci_bus_id,
+        "pci_device_id": gpu.pci_device_id,
         "minor_number": gpu.minor_number,
         "persistence_mode": gpu.persistence_mode,
         "temperature_c": gpu.temperature_c,
@@ -599,7 +698,7 @@ def assess(
             node.append(f"the driver in use is {report.driver_version}, the pin is {policy.driver_version}")
     for pci in sorted(unmatched):
         where = f" for PCI {pci}, a GPU nvidia-smi does not list" if report is not None else f" for PCI {pci}"
-        node.extend(xid_problems(unmatched[pci], policy.allowed_xids, where))
+        node.extend(xid_problems(unmatched[pci], policy.allowed_xids, where, policy.xid_window))
     flat: list[str] = []
     for gpu in listed:
         xids = per_gpu.get(gpu.index, [])

@@ -5,24 +5,20 @@
 
 from __future__ import annotations
 
-import glob
-import os
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.node_probe import (
+    KernelLog,
+    ProbeOptions,
+    inspect,
+    read_dmesg,
+    read_journal,
+)
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi import (
     Policy,
-    SmiError,
-    SmiReport,
-    assess,
-    dkms_problems,
     failure_message,
-    first_line,
-    kernel_module_problems,
-    parse_dkms_status,
-    parse_smi_xml,
     parse_xid_log,
-    smi_failure,
 )
 
 DOCUMENTATION = r"""
@@ -177,6 +173,7 @@ gpus:
     name: {description: Product name., type: str}
     uuid: {description: GPU UUID., type: str}
     pci_bus_id: {description: PCI bus id as nvidia-smi prints it., type: str}
+    pci_device_id: {description: PCI device ID as the catalog writes it (C(0x2330)), or null., type: str}
     minor_number: {description: Minor number of the /dev/nvidiaN device., type: int}
     persistence_mode: {description: Enabled or Disabled., type: str}
     temperature_c: {description: GPU temperature., type: int}
@@ -249,8 +246,6 @@ dkms:
   elements: dict
 """
 
-SYS_MODULE_VERSION = "/sys/module/nvidia/version"
-
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
     "timeout": {"type": "int", "default": 120},
@@ -272,76 +267,19 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-def run_nvidia_smi(module: AnsibleModule) -> tuple[SmiReport | None, int | None, list[str], str | None]:
-    """Run nvidia-smi once. Returns the report (or None), its exit code, node problems and the DTD it named."""
-    smi = module.params["nvidia_smi"]
-    path = smi if os.path.sep in smi else module.get_bin_path(smi)
-    if not path or not os.access(path, os.X_OK):
-        return None, None, [f"{smi} is not installed: no NVIDIA driver user-space tools on this node"], None
-    command = [path, "-q", "-x"]
-    timeout = module.get_bin_path("timeout")
-    if timeout and module.params["timeout"] > 0:
-        command = [timeout, "-k", "10", str(module.params["timeout"]), *command]
-    rc, out, err = module.run_command(command, check_rc=False)
-    looks_like_xml = out.lstrip().startswith("<")
-    if looks_like_xml:
-        try:
-            report = parse_smi_xml(out)
-        except SmiError as exc:
-            return None, rc, [str(exc) if rc == 0 else smi_failure(rc, out, err)], None
-        problems = [] if rc == 0 else [f"nvidia-smi exited with code {rc}: {first_line(err) or 'no message'}"]
-        return report, rc, problems, report.dtd
-    return None, rc, [smi_failure(rc, out, err)], None
+def read_kernel_log(module: AnsibleModule) -> KernelLog:
+    """Kernel messages since boot: from the journal, else from dmesg."""
 
+    def run(argv: Any) -> tuple[int, str, str]:
+        return module.run_command(list(argv), check_rc=False)
 
-def read_kernel_log(module: AnsibleModule) -> tuple[str | None, str]:
-    """Kernel messages since boot, and where they came from (or why none could be read)."""
-    errors = []
-    journalctl = module.get_bin_path("journalctl")
-    if journalctl:
-        rc, out, err = module.run_command(
-            [journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], check_rc=False
-        )
-        if rc == 0:
-            return out, "journalctl -k -b"
-        errors.append(f"journalctl -k -b: {first_line(err) or f'exit code {rc}'}")
-    dmesg = module.get_bin_path("dmesg")
-    if dmesg:
-        rc, out, err = module.run_command([dmesg], check_rc=False)
-        if rc == 0:
-            return out, "dmesg"
-        errors.append(f"dmesg: {first_line(err) or f'exit code {rc}'}")
-    return None, "; ".join(errors) or "neither journalctl nor dmesg is installed"
-
-
-def kernel_module_versions(module: AnsibleModule) -> tuple[str | None, str | None]:
-    modinfo_version = None
-    modinfo = module.get_bin_path("modinfo")
-    if modinfo:
-        rc, out, _ = module.run_command([modinfo, "-F", "version", "nvidia"], check_rc=False)
-        if rc == 0 and out.strip():
-            modinfo_version = out.strip().splitlines()[0].strip()
-    loaded_version = None
-    try:
-        with open(SYS_MODULE_VERSION, encoding="ascii", errors="replace") as handle:
-            loaded_version = handle.read().strip() or None
-    except OSError:
-        pass
-    return modinfo_version, loaded_version
-
-
-def installed_kernels() -> list[str]:
-    """Kernels installed on this root file system: an image in /boot (vmlinuz-RELEASE, the way GRUB's generator
-    finds them), and the running kernel where its modules folder exists (in a container it belongs to the host)."""
-    releases = set()
-    for image in glob.glob("/boot/vmlinuz-*"):
-        release = os.path.basename(image)[len("vmlinuz-") :]
-        if release and not release.endswith((".old", ".bak")):
-            releases.add(release)
-    running = os.uname().release
-    if os.path.isdir(os.path.join("/lib/modules", running)):
-        releases.add(running)
-    return sorted(releases)
+    log = read_journal(run, module.get_bin_path)
+    if log.text is None:
+        fallback = read_dmesg(run, module.get_bin_path)
+        if fallback.text is not None:
+            return fallback
+        return KernelLog(None, f"{log.source}; {fallback.source}")
+    return log
 
 
 def main() -> None:
@@ -350,10 +288,9 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    pin = (p["driver_version"] or "").strip()
     policy = Policy(
         expected_count=p["expected_count"] or None,
-        driver_version=pin,
+        driver_version=(p["driver_version"] or "").strip(),
         max_temperature_c=p["max_temperature_c"],
         max_uncorrectable_ecc=p["max_uncorrectable_ecc"],
         allowed_xids=tuple(p["allowed_xids"]),
@@ -362,56 +299,37 @@ def main() -> None:
         check_mig=p["check_mig"],
         mig_layouts={str(k): str(v) for k, v in (p["mig_layouts"] or {}).items() if v},
     )
+    options = ProbeOptions(
+        nvidia_smi=p["nvidia_smi"],
+        timeout=p["timeout"],
+        check_kernel_module=p["check_kernel_module"],
+        check_dkms=p["check_dkms"],
+        dkms_module=p["dkms_module"],
+        dkms_kernels=p["dkms_kernels"],
+    )
 
-    report, smi_rc, node_problems, dtd = run_nvidia_smi(module)
+    def run(argv: Any) -> tuple[int, str, str]:
+        return module.run_command(list(argv), check_rc=False)
 
     xid_events = []
     kernel_log_source = "not checked"
+    log_problems = []
     if p["check_xid"]:
-        log, kernel_log_source = read_kernel_log(module)
-        if log is None:
-            node_problems.append(f"cannot read the kernel log, XIDs are unchecked ({kernel_log_source})")
+        log = read_kernel_log(module)
+        kernel_log_source = log.source
+        if log.text is None:
+            log_problems.append(f"cannot read the kernel log, XIDs are unchecked ({log.source})")
         else:
-            xid_events = parse_xid_log(log)
+            xid_events = parse_xid_log(log.text)
 
-    modinfo_version, loaded_version = None, None
-    if p["check_kernel_module"]:
-        modinfo_version, loaded_version = kernel_module_versions(module)
-        node_problems.extend(kernel_module_problems(pin, modinfo_version, loaded_version))
-
-    dkms_entries: list[dict[str, Any]] = []
-    kernels: list[str] = []
-    if p["check_dkms"] and pin:
-        kernels = list(p["dkms_kernels"]) or installed_kernels()
-        dkms = module.get_bin_path("dkms")
-        if not kernels:
-            node_problems.append("DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)")
-        elif not dkms:
-            node_problems.append("dkms is not installed, so no kernel can have the nvidia module built by DKMS")
-        else:
-            rc, out, err = module.run_command([dkms, "status"], check_rc=False)
-            if rc != 0:
-                node_problems.append(f"dkms status failed (exit code {rc}): {first_line(err) or 'no message'}")
-            else:
-                entries = parse_dkms_status(out)
-                dkms_entries = [e.__dict__ for e in entries if e.module.startswith("nvidia")]
-                node_problems.extend(dkms_problems(entries, pin, kernels, p["dkms_module"]))
-
-    verdict = assess(report, policy, xid_events, node_problems)
-    result: dict[str, Any] = {
-        "changed": False,
-        **verdict,
-        "nvidia_smi_rc": smi_rc,
-        "dtd": dtd,
-        "kernel_log_source": kernel_log_source,
-        "xid_events": [e.__dict__ for e in xid_events],
-        "kernel_module_version": modinfo_version,
-        "loaded_module_version": loaded_version,
-        "dkms_kernels": kernels,
-        "dkms": dkms_entries,
-    }
-    if p["fail_on_unhealthy"] and not verdict["healthy"]:
-        module.fail_json(msg=failure_message(verdict), **result)
+    result: dict[str, Any] = inspect(run, module.get_bin_path, policy, options, xid_events)
+    if log_problems:
+        result["node_problems"] = log_problems + result["node_problems"]
+        result["problems"] = result["problems"] + [f"node: {problem}" for problem in log_problems]
+        result["healthy"] = False
+    result.update(changed=False, kernel_log_source=kernel_log_source)
+    if p["fail_on_unhealthy"] and not result["healthy"]:
+        module.fail_json(msg=failure_message(result), **result)
     module.exit_json(**result)
 
 

@@ -5,14 +5,19 @@
 
 from __future__ import annotations
 
-import functools
-import glob
 import os
 import re
 import shutil
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi import (
+    DkmsEntry,
+    installed_kernels,
+    parse_dkms_status,
+    version_key,
+    version_matches,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -154,86 +159,6 @@ summary:
 """
 
 
-# DKMS 3.x: "name/version, kernel, arch: state (note)"; DKMS 2.x: "name, version, kernel, arch: state (note)".
-# Both print "name[/,] version: added" for a module that was added but built for no kernel.
-_STATUS_LINE = re.compile(
-    r"^(?P<module>[^\s,/:]+)\s*[/,]\s*(?P<version>[^\s,:]+)"
-    r"(?:,\s*(?P<kernel>[^\s,:]+))?(?:,\s*(?P<arch>[^\s,:]+))?"
-    r":\s*(?P<state>[A-Za-z-]+)(?:\s*\((?P<note>.*)\))?\s*$"
-)
-
-
-def parse_dkms_status(text: str) -> list[dict[str, str]]:
-    """Parse `dkms status` output of DKMS 2.x or 3.x; lines that are not status lines are skipped."""
-    entries = []
-    for raw in text.splitlines():
-        match = _STATUS_LINE.match(raw.strip())
-        if not match:
-            continue
-        entry = {key: (value or "") for key, value in match.groupdict().items()}
-        entry["state"] = entry["state"].lower()
-        entries.append(entry)
-    return entries
-
-
-def _order(char: str) -> int:
-    if char == "~":
-        return -1
-    if char.isalpha():
-        return ord(char)
-    return ord(char) + 256 if char else 0
-
-
-def _compare_fragment(a: str, b: str) -> int:
-    """Compare two version fragments the way dpkg compares upstream versions."""
-    i = j = 0
-    while i < len(a) or j < len(b):
-        first_diff = 0
-        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
-            ac = _order(a[i]) if i < len(a) and not a[i].isdigit() else 0
-            bc = _order(b[j]) if j < len(b) and not b[j].isdigit() else 0
-            if ac != bc:
-                return ac - bc
-            i += 1
-            j += 1
-        while i < len(a) and a[i] == "0":
-            i += 1
-        while j < len(b) and b[j] == "0":
-            j += 1
-        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
-            if not first_diff:
-                first_diff = ord(a[i]) - ord(b[j])
-            i += 1
-            j += 1
-        if i < len(a) and a[i].isdigit():
-            return 1
-        if j < len(b) and b[j].isdigit():
-            return -1
-        if first_diff:
-            return first_diff
-    return 0
-
-
-def compare_versions(a: str, b: str) -> int:
-    """Negative, zero or positive as `a` sorts before, with or after `b` (dpkg ordering)."""
-    return _compare_fragment(a, b)
-
-
-version_key = functools.cmp_to_key(compare_versions)
-
-
-def installed_kernels(boot_dir: str, modules_dir: str) -> list[str]:
-    """Releases with an installed kernel image, oldest first."""
-    releases = set()
-    for path in glob.glob(os.path.join(boot_dir, "vmlinuz-*")):
-        release = os.path.basename(path)[len("vmlinuz-") :]
-        if release and not release.endswith((".old", ".bak")) and "rescue" not in release:
-            releases.add(release)
-    for path in glob.glob(os.path.join(modules_dir, "*", "vmlinuz")):
-        releases.add(os.path.basename(os.path.dirname(path)))
-    return sorted(releases, key=version_key)
-
-
 _MENU_OPEN = re.compile(r"^\s*(menuentry|submenu)\s+(?P<rest>.*)\{\s*$")
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"|(\S+)")
 _LINUX = re.compile(r"^\s*linux(?:efi|16)?\s+(?P<path>\S+)")
@@ -364,17 +289,11 @@ def next_boot_kernel(module: AnsibleModule | None, boot_dir: str, kernels: list[
     return "", "none"
 
 
-def version_matches(found: str, wanted: str) -> bool:
-    if "." in wanted:
-        return found == wanted
-    return found.split(".")[0] == wanted
-
-
 def kernel_report(
     releases: list[str],
     installed: list[str],
     next_boot: str,
-    entries: list[dict[str, str]],
+    entries: list[DkmsEntry],
     name: str,
     version: str,
     modules_dir: str,
@@ -382,13 +301,13 @@ def kernel_report(
 ) -> list[dict[str, Any]]:
     report = []
     for release in releases:
-        mine = [e for e in entries if e["module"] == name and e["kernel"] == release]
-        wanted = [e for e in mine if version_matches(e["version"], version)]
+        mine = [e for e in entries if e.module == name and e.kernel == release]
+        wanted = [e for e in mine if version_matches(e.version, version)]
         state = "missing"
-        if any(e["state"] == "installed" for e in wanted):
+        if any(e.state == "installed" for e in wanted):
             state = "installed"
         elif wanted:
-            state = wanted[0]["state"]
+            state = wanted[0].state
         item: dict[str, Any] = {
             "release": release,
             "next_boot": release == next_boot,
@@ -396,7 +315,7 @@ def kernel_report(
             "headers": os.path.isdir(os.path.join(modules_dir, release, "build")),
             "state": state,
             "ready": state == "installed",
-            "other_versions": {e["version"]: e["state"] for e in mine if not version_matches(e["version"], version)},
+            "other_versions": {e.version: e.state for e in mine if not version_matches(e.version, version)},
             "build_log": "",
         }
         if state != "installed" and "." in version:
@@ -469,7 +388,7 @@ def main() -> None:
         changed=False,
         dkms_available=bool(dkms),
         dkms_stderr=stderr.strip(),
-        entries=entries,
+        entries=[entry.__dict__ for entry in entries],
         installed_kernels=installed,
         next_boot=next_boot,
         next_boot_source=source,

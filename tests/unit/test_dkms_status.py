@@ -15,16 +15,24 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_dkms_status", ROOT / "plugins/modules/nvidia_dkms_status.py")
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-mod = _load()
+# The parsing lives in the collection's module_utils; the module imports it under its collection name.
+nv = _load(
+    "ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi", ROOT / "plugins/module_utils/nvidia_smi.py"
+)
+mod = _load("nvidia_dkms_status", ROOT / "plugins/modules/nvidia_dkms_status.py")
+
+
+def parse(text: str) -> list[dict[str, str]]:
+    return [entry.__dict__ for entry in nv.parse_dkms_status(text)]
 
 
 def _dkms(name: str) -> str:
@@ -33,7 +41,7 @@ def _dkms(name: str) -> str:
 
 @pytest.mark.parametrize("name", ["debian12-dkms3-one-kernel.txt", "debian12-dkms2-one-kernel.txt"])
 def test_both_formats_parse_to_the_same_entry(name: str) -> None:
-    assert mod.parse_dkms_status(_dkms(name)) == [
+    assert parse(_dkms(name)) == [
         {
             "module": "nvidia-current",
             "version": "535.261.03",
@@ -49,15 +57,15 @@ def test_both_formats_parse_to_the_same_entry(name: str) -> None:
 def test_every_captured_line_parses(name: str) -> None:
     text = _dkms(name)
     status_lines = [line for line in text.splitlines() if line.strip() and not line.startswith(("Error", "Warning"))]
-    assert len(mod.parse_dkms_status(text)) == len(status_lines)
+    assert len(parse(text)) == len(status_lines)
 
 
 def test_three_kernels_with_a_failed_build() -> None:
     """Captured (stdout of `dkms status`) in the kernel_gate scenario after the rt kernel's DKMS build failed, with
     the archive's 6.1, the 6.12 and the 6.12 rt kernel installed: no line for the rt kernel at all."""
     path = DATA / "dkms" / "debian12-dkms3-three-kernels-rt-failed.txt"
-    entries = mod.parse_dkms_status(path.read_text())
-    kernels = {e["kernel"]: e["state"] for e in entries}
+    entries = nv.parse_dkms_status(path.read_text())
+    kernels = {e.kernel: e.state for e in entries}
     assert all(state == "installed" for state in kernels.values())
     assert not any(k.endswith("-rt-amd64") for k in kernels)
     assert any(k.startswith("6.12.") for k in kernels) and any(k.startswith("6.1.0-") for k in kernels)
@@ -88,15 +96,12 @@ def test_three_kernels_with_a_failed_build() -> None:
     ],
 )
 def test_line_shapes(line: str, expected: tuple[str, str, str, str, str]) -> None:
-    (entry,) = mod.parse_dkms_status(line)
+    (entry,) = parse(line)
     assert (entry["module"], entry["version"], entry["kernel"], entry["state"], entry["note"]) == expected
 
 
 def test_noise_is_skipped() -> None:
-    assert (
-        mod.parse_dkms_status("Error! Could not locate dkms.conf file.\nFile: /var/lib/dkms/x/1/source/dkms.conf\n")
-        == []
-    )
+    assert parse("Error! Could not locate dkms.conf file.\nFile: /var/lib/dkms/x/1/source/dkms.conf\n") == []
 
 
 PAIRS = [
@@ -118,7 +123,7 @@ def test_kernel_order_matches_dpkg(a: str, b: str) -> None:
         pytest.skip("dpkg is not installed: the reference ordering is dpkg --compare-versions")
     lt = subprocess.run([dpkg, "--compare-versions", a, "lt", b], check=False).returncode == 0
     gt = subprocess.run([dpkg, "--compare-versions", a, "gt", b], check=False).returncode == 0
-    ours = mod.compare_versions(a, b)
+    ours = nv.compare_versions(a, b)
     assert (ours < 0) == lt and (ours > 0) == gt
 
 
@@ -138,7 +143,7 @@ def test_installed_kernels_need_an_image(tmp_path: Path) -> None:
     boot, modules = _host(tmp_path, ["6.12.95+deb12-rt-amd64", "6.1.0-50-amd64", "6.12.95+deb12-amd64"], [])
     (modules / "6.1.0-99-amd64" / "build").mkdir(parents=True)  # headers without an image: not a kernel
     (boot / "vmlinuz-6.1.0-49-amd64.old").write_bytes(b"")
-    assert mod.installed_kernels(str(boot), str(modules)) == [
+    assert nv.installed_kernels(str(boot), str(modules)) == [
         "6.1.0-50-amd64",
         "6.12.95+deb12-amd64",
         "6.12.95+deb12-rt-amd64",
@@ -147,7 +152,7 @@ def test_installed_kernels_need_an_image(tmp_path: Path) -> None:
 
 def test_next_boot_is_the_newest_without_a_bootloader(tmp_path: Path) -> None:
     boot, modules = _host(tmp_path, ["6.1.0-50-amd64", "6.12.95+deb12-amd64"], [])
-    kernels = mod.installed_kernels(str(boot), str(modules))
+    kernels = nv.installed_kernels(str(boot), str(modules))
     assert mod.next_boot_kernel(None, str(boot), kernels) == ("6.12.95+deb12-amd64", "newest")
     assert mod.next_boot_kernel(None, str(tmp_path / "none"), []) == ("", "none")
 
@@ -179,7 +184,7 @@ def test_next_boot_from_grub(tmp_path: Path, cfg: str, grubenv: str, expected: s
     (boot / "grub" / "grub.cfg").write_text((DATA / "grub" / cfg).read_text())
     if grubenv:
         (boot / "grub" / "grubenv").write_text("# GRUB Environment Block\n" + grubenv)
-    kernels = mod.installed_kernels(str(boot), str(modules))
+    kernels = nv.installed_kernels(str(boot), str(modules))
     release, source = mod.next_boot_kernel(None, str(boot), kernels)
     if expected is None:
         assert (release, source) == ("6.12.95+deb12-rt-amd64", "newest")
@@ -194,11 +199,11 @@ def test_kernel_report_names_state_headers_and_log(tmp_path: Path) -> None:
     tree = tmp_path / "dkms"
     (tree / "nvidia-current" / "535.261.03" / "build").mkdir(parents=True)
     (tree / "nvidia-current" / "535.261.03" / "build" / "make.log").write_text("error\n")
-    entries = mod.parse_dkms_status(
+    entries = nv.parse_dkms_status(
         _dkms("debian12-dkms3-one-kernel.txt")
         + "nvidia-current/535.216.03, 6.12.95+deb12-rt-amd64, x86_64: installed\n"
     )
-    installed = mod.installed_kernels(str(boot), str(modules))
+    installed = nv.installed_kernels(str(boot), str(modules))
     report = mod.kernel_report(
         installed, installed, "6.12.95+deb12-rt-amd64", entries, "nvidia-current", "535.261.03", str(modules), str(tree)
     )
@@ -214,7 +219,7 @@ def test_kernel_report_names_state_headers_and_log(tmp_path: Path) -> None:
 
 
 def test_branch_matches_any_version_of_it() -> None:
-    assert mod.version_matches("535.261.03", "535")
-    assert not mod.version_matches("550.54.15", "535")
-    assert mod.version_matches("550.54", "550.54")
-    assert not mod.version_matches("535.261.03", "535.216.03")
+    assert nv.version_matches("535.261.03", "535")
+    assert not nv.version_matches("550.54.15", "535")
+    assert nv.version_matches("550.54", "550.54")
+    assert not nv.version_matches("535.261.03", "535.216.03")

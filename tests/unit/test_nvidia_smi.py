@@ -221,6 +221,7 @@ def test_verdict_shape() -> None:
         "name",
         "uuid",
         "pci_bus_id",
+        "pci_device_id",
         "minor_number",
         "persistence_mode",
         "temperature_c",
@@ -537,6 +538,7 @@ def test_parse_dkms_status_both_formats() -> None:
             "WARNING! Diff between built and installed module!",
         ),
         ("nvidia-fs", "2.20.5", "6.1.0-31-amd64", "x86_64", "installed", ""),
+        ("nvidia-current", "535.261.03", "", "", "added", ""),
         ("nvidia", "470.256.02", "5.15.0-91-generic", "x86_64", "installed", ""),
         ("nvidia", "470.256.02", "5.15.0-94-generic", "x86_64", "installed", "original_module exists"),
     ]

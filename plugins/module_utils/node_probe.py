@@ -1,0 +1,198 @@
+# Copyright: gpuinfra maintainers
+# Apache License 2.0 (see LICENSE)
+"""Read a GPU node: run nvidia-smi, read the kernel log, modinfo and `dkms status`, and judge them (nvidia_smi.py).
+
+The one copy of that I/O, shared by the `gpu_health` module (through Ansible's run_command) and the
+`gpuinfra-health` program (through subprocess). Callers hand in two functions, so this file needs neither:
+`run(argv) -> (rc, stdout, stderr)` and `which(name) -> path or None`. Standard library only, Python 3.9 or newer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .nvidia_smi import (
+    Policy,
+    SmiError,
+    SmiReport,
+    assess,
+    dkms_problems,
+    first_line,
+    installed_kernels,
+    kernel_module_problems,
+    parse_dkms_status,
+    parse_smi_xml,
+    smi_failure,
+)
+
+# Quoted: these aliases are evaluated at import, and hosts may run Python 3.9.
+Run = Callable[[Sequence[str]], "tuple[int, str, str]"]
+Which = Callable[[str], "str | None"]
+
+SYS_MODULE_VERSION = "/sys/module/nvidia/version"
+
+
+@dataclass
+class ProbeOptions:
+    nvidia_smi: str = "nvidia-smi"
+    timeout: int = 120
+    """Seconds nvidia-smi may take before the GPU or driver counts as hung; 0: no limit."""
+    check_kernel_module: bool = True
+    check_dkms: bool = True
+    dkms_module: str | None = None
+    dkms_kernels: Sequence[str] = ()
+    """Kernels DKMS must have built the module for; empty: the running kernel and every installed one."""
+    fabric_manager_unit: str = "nvidia-fabricmanager"
+    """Service that must be active where the policy says the GPUs sit on an NVSwitch fabric."""
+
+
+@dataclass
+class KernelLog:
+    text: str | None
+    """None when no log could be read; `source` then says why."""
+    source: str
+    cursor: str = ""
+    """Where the next read continues (a journal cursor, or `offset:inode` of a file)."""
+
+
+def read_smi(run: Run, which: Which, options: ProbeOptions) -> tuple[SmiReport | None, int | None, list[str]]:
+    """Run `nvidia-smi -q -x` once. Returns the report (or None), its exit code, and node problems."""
+    smi = options.nvidia_smi
+    path = smi if os.path.sep in smi else which(smi)
+    if not path or not os.access(path, os.X_OK):
+        return None, None, [f"{smi} is not installed: no NVIDIA driver user-space tools on this node"]
+    command = [path, "-q", "-x"]
+    timeout = which("timeout")
+    if timeout and options.timeout > 0:
+        command = [timeout, "-k", "10", str(options.timeout), *command]
+    rc, out, err = run(command)
+    if out.lstrip().startswith("<"):
+        try:
+            report = parse_smi_xml(out)
+        except SmiError as exc:
+            return None, rc, [str(exc) if rc == 0 else smi_failure(rc, out, err)]
+        problems = [] if rc == 0 else [f"nvidia-smi exited with code {rc}: {first_line(err) or 'no message'}"]
+        return report, rc, problems
+    return None, rc, [smi_failure(rc, out, err)]
+
+
+def read_journal(run: Run, which: Which, after_cursor: str = "") -> KernelLog:
+    """Kernel messages from the journal: since boot, or after a cursor a previous read returned."""
+    journalctl = which("journalctl")
+    if not journalctl:
+        return KernelLog(None, "journalctl is not installed")
+    command = [journalctl, "-k", "--no-pager", "-q", "-o", "short-iso", "--show-cursor"]
+    command += [f"--after-cursor={after_cursor}"] if after_cursor else ["-b"]
+    source = "journalctl -k " + ("after the last check" if after_cursor else "-b")
+    rc, out, err = run(command)
+    if rc != 0:
+        return KernelLog(None, f"{source}: {first_line(err) or f'exit code {rc}'}")
+    lines = out.splitlines()
+    cursor = after_cursor
+    if lines and lines[-1].startswith("-- cursor: "):
+        cursor = lines.pop()[len("-- cursor: ") :].strip()
+    return KernelLog("\n".join(lines), source, cursor)
+
+
+def read_dmesg(run: Run, which: Which) -> KernelLog:
+    dmesg = which("dmesg")
+    if not dmesg:
+        return KernelLog(None, "dmesg is not installed")
+    rc, out, err = run([dmesg])
+    if rc != 0:
+        return KernelLog(None, f"dmesg: {first_line(err) or f'exit code {rc}'}")
+    return KernelLog(out, "dmesg")
+
+
+def read_log_file(path: str, cursor: str = "", limit: int = 4 << 20) -> KernelLog:
+    """Kernel messages from a syslog file (kern.log): the part written after `cursor` (`offset:inode`), at most
+    `limit` bytes of it. A rotated or truncated file is read from its start."""
+    try:
+        with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            offset = 0
+            if cursor:
+                old_offset, _, inode = cursor.partition(":")
+                if inode == str(stat.st_ino) and old_offset.isdigit() and int(old_offset) <= stat.st_size:
+                    offset = int(old_offset)
+            offset = max(offset, stat.st_size - limit)
+            handle.seek(offset)
+            data = handle.read(limit)
+    except OSError as exc:
+        return KernelLog(None, f"{path}: {exc.strerror or exc}")
+    source = f"{path} after the last check" if cursor else path
+    return KernelLog(data.decode("utf-8", "replace"), source, f"{offset + len(data)}:{stat.st_ino}")
+
+
+def module_versions(run: Run, which: Which) -> tuple[str | None, str | None]:
+    """The nvidia module version modinfo finds for the running kernel, and the loaded one (None: none)."""
+    modinfo_version = None
+    modinfo = which("modinfo")
+    if modinfo:
+        rc, out, _ = run([modinfo, "-F", "version", "nvidia"])
+        if rc == 0 and out.strip():
+            modinfo_version = out.strip().splitlines()[0].strip()
+    loaded_version = None
+    try:
+        with open(SYS_MODULE_VERSION, encoding="ascii", errors="replace") as handle:
+            loaded_version = handle.read().strip() or None
+    except OSError:
+        pass
+    return modinfo_version, loaded_version
+
+
+def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
+    """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
+    kernels = list(options.dkms_kernels) or installed_kernels(running=os.uname().release)
+    dkms = which("dkms")
+    if not kernels:
+        return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"]
+    if not dkms:
+        return kernels, [], ["dkms is not installed, so no kernel can have the nvidia module built by DKMS"]
+    rc, out, err = run([dkms, "status"])
+    if rc != 0:
+        return kernels, [], [f"dkms status failed (exit code {rc}): {first_line(err) or 'no message'}"]
+    entries = parse_dkms_status(out)
+    mine = [e for e in entries if e.module.startswith("nvidia")]
+    return kernels, mine, dkms_problems(entries, pin, kernels, options.dkms_module)
+
+
+def service_problems(run: Run, which: Which, unit: str) -> list[str]:
+    systemctl = which("systemctl")
+    if not systemctl:
+        return [f"systemctl is not installed, so {unit} cannot be checked"]
+    rc, out, _ = run([systemctl, "is-active", unit])
+    state = out.strip() or "unknown"
+    return [] if rc == 0 else [f"{unit} is {state}: NVSwitch systems need it to run jobs"]
+
+
+def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_events: Sequence[Any]) -> dict[str, Any]:
+    """The node's verdict (nvidia_smi.assess) with what it was read from. `xid_events` come from the caller, which
+    decides which part of the kernel log counts (since boot, or since its last check)."""
+    report, smi_rc, node_problems = read_smi(run, which, options)
+    pin = policy.driver_version
+    modinfo_version, loaded_version = None, None
+    if options.check_kernel_module:
+        modinfo_version, loaded_version = module_versions(run, which)
+        node_problems.extend(kernel_module_problems(pin, modinfo_version, loaded_version))
+    kernels: list[str] = []
+    dkms_entries: list[Any] = []
+    if options.check_dkms and pin:
+        kernels, dkms_entries, problems = dkms_state(run, which, pin, options)
+        node_problems.extend(problems)
+    if policy.fabric_manager:
+        node_problems.extend(service_problems(run, which, options.fabric_manager_unit))
+    verdict = assess(report, policy, xid_events, node_problems)
+    return {
+        **verdict,
+        "nvidia_smi_rc": smi_rc,
+        "dtd": report.dtd if report is not None else None,
+        "xid_events": [e.__dict__ for e in xid_events],
+        "kernel_module_version": modinfo_version,
+        "loaded_module_version": loaded_version,
+        "dkms_kernels": kernels,
+        "dkms": [e.__dict__ for e in dkms_entries],
+    }
