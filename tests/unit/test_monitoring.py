@@ -1,5 +1,5 @@
 """Monitoring: role variables, the files `gpuinfra plan` renders (golden), the real validators (promtool, amtool),
-the Slurm state collector, and the dashboards' queries against the metrics that exist.
+the Slurm node state and job collectors, and the dashboards' queries against the metrics that exist.
 
 Regenerate the golden files with `GPUINFRA_UPDATE_GOLDEN=1 pytest tests/unit/test_monitoring.py` and review the diff.
 Tests that need promtool or amtool skip when the binary is missing (`.ci/apt-packages` installs them).
@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from functools import cache
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
@@ -33,6 +34,7 @@ DATA = ROOT / "tests" / "unit" / "data" / "promtool"
 DASHBOARDS = ROOT / "roles" / "grafana" / "files" / "dashboards"
 COUNTERS = ROOT / "roles" / "dcgm_exporter" / "templates" / "counters.csv.j2"
 COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra-slurm-node-state"
+JOB_COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra-slurm-jobs"
 
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")
@@ -325,15 +327,27 @@ def test_promtool_accepts_the_web_config_shape(tmp_path: Path) -> None:
 # --- the Slurm state collector --------------------------------------------------------------------------------------
 
 
-@cache
-def collector() -> ModuleType:
-    """The collector script, which has no .py suffix, loaded as a module."""
-    loader = SourceFileLoader("gpuinfra_slurm_node_state", str(COLLECTOR))
+def _script(path: Path) -> ModuleType:
+    """A collector script, which has no .py suffix, loaded as a module."""
+    loader = SourceFileLoader(path.name.replace("-", "_"), str(path))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[loader.name] = module  # dataclasses look their module up while the script runs
     loader.exec_module(module)
     return module
+
+
+@cache
+def collector() -> ModuleType:
+    """The Slurm node state collector."""
+    return _script(COLLECTOR)
+
+
+@cache
+def job_collector() -> ModuleType:
+    """The Slurm job collector."""
+    return _script(JOB_COLLECTOR)
 
 
 SINFO = """\
@@ -374,6 +388,166 @@ def test_collector_writes_the_failure_when_sinfo_fails(tmp_path: Path) -> None:
     assert oct(out.stat().st_mode & 0o777) == "0o644"
 
 
+# --- the Slurm job collector ----------------------------------------------------------------------------------------
+
+# squeue --noheader --all --states=RUNNING --Format=JobID:|,UserName:|,Account:|,Partition:|,NumNodes:|,tres-alloc:|,
+# tres-per-job:|,tres-per-node:| as Slurm 22.05 prints it: accounting tracks gres/gpu (1041, 1042 with the typed count
+# too, 1043 typed only), a CPU job (1044), jobs of a cluster without GPU accounting, counted from their request per
+# node (1045, on 2 nodes) or per job (1046), and an array task, listed by its own job id (1047).
+SQUEUE = """\
+1041|alice|physics|gpu|1|cpu=8,mem=64G,node=1,billing=8,gres/gpu=2|N/A|gres:gpu:2|
+1042|bob|physics|gpu|2|cpu=32,mem=256G,node=2,billing=32,gres/gpu=8,gres/gpu:h100=8|N/A|gres:gpu:h100:4|
+1043|carol|chemistry|l40s|1|cpu=4,mem=16G,node=1,billing=4,gres/gpu:l40s=1|N/A|gres/gpu:l40s:1|
+1044|dave|chemistry|cpu|1|cpu=2,mem=4G,node=1,billing=2|N/A|N/A|
+1045|erin|biology|gpu|2|cpu=2,mem=4G,node=2,billing=2|N/A|gres:gpu:2|
+1046|frank|biology|gpu|1|cpu=2,mem=4G,node=1,billing=2|gres:gpu:3|N/A|
+1047|grace|physics|gpu|1|cpu=1,mem=2G,node=1,billing=1,gres/gpumem=40G,gres/gpu=1|N/A|gres:gpu:1|
+"""
+
+
+def test_job_collector_reads_squeue() -> None:
+    jobs = job_collector().parse(SQUEUE)
+    got = [(j.job_id, j.user, j.account, j.partition, j.gpus) for j in jobs]
+    assert got == [
+        ("1041", "alice", "physics", "gpu", 2),
+        ("1042", "bob", "physics", "gpu", 8),  # the total, not total + typed
+        ("1043", "carol", "chemistry", "l40s", 1),  # only the typed count is tracked
+        ("1044", "dave", "chemistry", "cpu", 0),
+        ("1045", "erin", "biology", "gpu", 4),  # 2 per node on 2 nodes
+        ("1046", "frank", "biology", "gpu", 3),
+        ("1047", "grace", "physics", "gpu", 1),  # gres/gpumem is not a GPU
+    ]
+
+
+def test_job_collector_skips_what_it_cannot_read_and_keeps_the_rest() -> None:
+    text = "1051_3|x|y|z|1|cpu=1|N/A|N/A|\ngarbage\n\n1052|ann|a|b|gpu|1|cpu=1,gres/gpu=1|N/A|N/A|\n"
+    jobs = job_collector().parse(text)
+    # An array task shown as 1051_3 is no job id the DCGM exporter uses; "a|b" is an account holding the separator.
+    assert [(j.job_id, j.account, j.partition, j.gpus) for j in jobs] == [("1052", "a|b", "gpu", 1)]
+
+
+def test_job_collector_renders_one_series_per_job() -> None:
+    text = job_collector().render(job_collector().parse(SQUEUE))
+    lines = text.splitlines()
+    assert "gpuinfra_slurm_squeue_success 1" in lines
+    assert 'gpuinfra_slurm_job_info{hpc_job="1041",user="alice",account="physics",partition="gpu"} 1' in lines
+    assert 'gpuinfra_slurm_job_gpus{hpc_job="1042"} 8' in lines
+    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_info{")]) == 7
+    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_gpus{")]) == 7
+
+
+@needs_promtool
+@pytest.mark.parametrize("jobs", ["running", "none", "failed"])
+def test_job_collector_output_passes_promtool(jobs: str) -> None:
+    module = job_collector()
+    text = module.render({"running": module.parse(SQUEUE), "none": [], "failed": None}[jobs])
+    checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"gpuinfra_slurm_squeue_success {0 if jobs == 'failed' else 1}" in text
+    assert ("gpuinfra_slurm_job_info{" in text) == (jobs == "running")
+
+
+@needs_promtool
+def test_job_collector_labels_read_back_as_written(tmp_path: Path) -> None:
+    """User and account names are data: Prometheus's own parser reads back exactly what squeue said."""
+    hostile = 'o"brien\\x'
+    module = job_collector()
+    text = module.render(module.parse(f"7|{hostile}|{hostile}|gpu|1|gres/gpu=1|N/A|N/A|\n"))
+    # Stamp each sample and end the file as OpenMetrics, so that promtool can load it into a database.
+    stamped = [line if line.startswith("#") else f"{line} 1700000000" for line in text.splitlines()]
+    (tmp_path / "in.om").write_text("\n".join([*stamped, "# EOF"]) + "\n")
+    made = run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", "in.om", "db"], cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    (tmp_path / "db" / "wal").mkdir()
+    dumped = run([str(PROMTOOL), "tsdb", "dump", "--match", "gpuinfra_slurm_job_info", "db"], cwd=tmp_path)
+    assert dumped.returncode == 0, dumped.stderr
+    [line] = dumped.stdout.splitlines()
+    labels = {m[1]: json.loads(m[2]) for m in re.finditer(r'(\w+)=("(?:[^"\\]|\\.)*")', line)}
+    assert labels == {
+        "__name__": "gpuinfra_slurm_job_info",
+        "hpc_job": "7",
+        "user": hostile,
+        "account": hostile,
+        "partition": "gpu",
+    }
+
+
+def _fake_squeue(tmp_path: Path, output: str, status: int = 0) -> Path:
+    """An squeue that records its arguments and prints `output`."""
+    script = tmp_path / "squeue"
+    (tmp_path / "out.txt").write_text(output)
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/args\ncat {tmp_path}/out.txt\nexit {status}\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_job_collector_asks_squeue_for_running_jobs_in_every_partition(tmp_path: Path) -> None:
+    out = tmp_path / "gpuinfra_slurm_jobs.prom"
+    squeue = _fake_squeue(tmp_path, SQUEUE)
+    assert job_collector().main(["--squeue", str(squeue), "--output", str(out)]) == 0
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args == ["--noheader", "--all", "--states=RUNNING", f"--Format={job_collector().SQUEUE_FORMAT}"]
+    assert job_collector().SQUEUE_FORMAT.startswith("JobID:|,UserName:|,Account:|,Partition:|,NumNodes:|")
+    assert 'gpuinfra_slurm_job_gpus{hpc_job="1045"} 4' in out.read_text()
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
+
+
+@pytest.mark.parametrize("broken", ["missing", "failing"])
+def test_job_collector_writes_the_failure_and_no_job_when_squeue_fails(broken: str, tmp_path: Path) -> None:
+    out = tmp_path / "gpuinfra_slurm_jobs.prom"
+    out.write_text('gpuinfra_slurm_job_info{hpc_job="1"} 1\n')  # what the last run left: must not survive
+    squeue = tmp_path / "no-such-squeue" if broken == "missing" else _fake_squeue(tmp_path, SQUEUE, status=1)
+    assert job_collector().main(["--squeue", str(squeue), "--output", str(out)]) == 1
+    assert out.read_text().splitlines()[-1] == "gpuinfra_slurm_squeue_success 0"
+    assert "gpuinfra_slurm_job_" not in out.read_text()
+
+
+def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo(
+    collections: Path, tmp_path: Path
+) -> None:
+    from test_monitoring_security import SYSTEMD_ANALYZE, systemd_words
+    from test_monitoring_security import render as render_template
+
+    role = ROOT / "roles" / "node_exporter"
+    variables = {
+        **yaml_load((role / "defaults" / "main.yml").read_text()),
+        **yaml_load((role / "vars" / "main.yml").read_text()),
+    }
+    used = ("node_exporter_slurm_squeue", "node_exporter_slurm_sinfo", "node_exporter_textfile_dir")
+    used += ("__node_exporter_slurm_textfile", "__node_exporter_slurm_jobs_textfile")
+    [out] = render_template(
+        collections, [("node_exporter/templates/gpuinfra-slurm-node-state.service.j2", {k: variables[k] for k in used})]
+    )
+    starts = [line.removeprefix("ExecStart=") for line in out["text"].splitlines() if line.startswith("ExecStart=")]
+    assert [line[:2] for line in starts] == ['-"', '"/']  # the jobs collector's failure is ignored, sinfo's is not
+    folder = "/var/lib/prometheus/node-exporter"
+    assert systemd_words(starts[0][1:]) == [
+        "/usr/local/sbin/gpuinfra-slurm-jobs",
+        "--squeue",
+        "/usr/bin/squeue",
+        "--output",
+        f"{folder}/gpuinfra_slurm_jobs.prom",
+    ]
+    assert systemd_words(starts[1]) == [
+        "/usr/local/sbin/gpuinfra-slurm-node-state",
+        "--sinfo",
+        "/usr/bin/sinfo",
+        "--output",
+        f"{folder}/gpuinfra_slurm.prom",
+    ]
+    # What the unit runs is what the role installs, and removes again.
+    tasks = (role / "tasks" / "slurm.yml").read_text() + (role / "tasks" / "slurm-absent.yml").read_text()
+    for script in ("gpuinfra-slurm-jobs", "gpuinfra-slurm-node-state"):
+        assert (role / "files" / script).stat().st_mode & 0o111
+        assert f"- {script}\n" in tasks and f"/usr/local/sbin/{script}\n" in tasks
+    assert "__node_exporter_slurm_jobs_textfile }}" in tasks
+    if SYSTEMD_ANALYZE:
+        unit = tmp_path / "gpuinfra-slurm-node-state.service"
+        unit.write_text(out["text"])
+        checked = run([SYSTEMD_ANALYZE, "verify", str(unit)])
+        assert "quoting" not in checked.stderr and "Invalid" not in checked.stderr, checked.stderr
+
+
 # --- dashboards and the metrics they name ---------------------------------------------------------------------------
 
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
@@ -404,7 +578,8 @@ def known_metrics() -> frozenset[str]:
     """Every metric that exists where the dashboards and rules run."""
     node = {line for line in (DATA / "node_exporter_metrics.txt").read_text().splitlines() if not line.startswith("#")}
     dcgm = {line.split(",")[0].strip() for line in COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_")}
-    slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", collector().render(collector().parse(SINFO)), re.M))
+    slurm_text = collector().render(collector().parse(SINFO)) + job_collector().render(job_collector().parse(SQUEUE))
+    slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", slurm_text, re.M))
     rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
     recorded = {rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule}
     # Series Prometheus itself makes: the scrape health and the alerts' state.
