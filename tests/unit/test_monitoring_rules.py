@@ -1,5 +1,6 @@
-"""`promtool test rules` on the rendered alert rules: for every alert, series past its threshold make it fire, and
-series just inside it (or past it for less than its `for`) do not.
+"""`promtool test rules` on the rendered rules: for every alert, series past its threshold make it fire, and series
+just inside it (or past it for less than its `for`) do not; for every per-account recording rule, input series give
+the values it must record.
 
 The rules come from the mon-full cluster of test_monitoring.py (a Slurm cluster; GPU temperature threshold 80 °C,
 other thresholds at their defaults). Annotations are dropped from the copy promtool tests, so that each case
@@ -190,6 +191,155 @@ CASES: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+
+# --- recording rules: GPUs per Slurm account ------------------------------------------------------------------------
+
+
+def job_series(instance: str, job: str, user: str, account: str, partition: str, gpus: int) -> dict[str, str]:
+    """The two series the Slurm job collector publishes for one running job, through the node exporter on `instance`."""
+    where = f'job="node", instance="{instance}", hpc_job="{job}"'
+    return {
+        f'gpuinfra_slurm_job_info{{{where}, user="{user}", account="{account}", partition="{partition}"}}': "1x100",
+        f"gpuinfra_slurm_job_gpus{{{where}}}": f"{gpus}x100",
+    }
+
+
+def recorded(name: str, value: float, **labels: str) -> dict[str, Any]:
+    inner = ", ".join(f'{key}="{val}"' for key, val in labels.items())
+    return {"labels": f"{name}{{{inner}}}", "value": value}
+
+
+ALICE = {"hpc_job": "101", "user": "alice", "account": "physics", "partition": "gpu"}
+BOB = {"hpc_job": "102", "user": "bob", "account": "physics", "partition": "gpu"}
+CAROL = {"hpc_job": "201", "user": "carol", "account": "chemistry", "partition": "l40s"}
+
+# Each case: input series, and for each evaluation time the samples each recording rule must give.
+RECORDING_CASES: dict[str, dict[str, Any]] = {
+    "allocated and used": {
+        "series": {
+            # Two controllers publish the same jobs: each job counts once.
+            **job_series("ctl01", "101", "alice", "physics", "gpu", 2),
+            **job_series("ctl02", "101", "alice", "physics", "gpu", 2),
+            **job_series("ctl01", "102", "bob", "physics", "gpu", 1),
+            **job_series("ctl02", "102", "bob", "physics", "gpu", 1),
+            **job_series("ctl01", "201", "carol", "chemistry", "l40s", 4),
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "0", ', hpc_job="101"'): "50x20",
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "1", ', hpc_job="101"'): "25x20",
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu02", "0", ', hpc_job="102"'): "0x20",
+            **{
+                dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu03", str(g), ', hpc_job="201"'): f"{u}x20"
+                for g, u in enumerate([100, 100, 50, 50])
+            },
+            # Busy, but no job holds it; and a job mapping the epilog left behind for a job no longer running.
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu04", "0"): "90x20",
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu05", "0", ', hpc_job="999"'): "100x20",
+        },
+        "evals": {
+            "5m": {
+                "gpuinfra:job_gpus:allocated": [
+                    recorded("gpuinfra:job_gpus:allocated", 2, **ALICE),
+                    recorded("gpuinfra:job_gpus:allocated", 1, **BOB),
+                    recorded("gpuinfra:job_gpus:allocated", 4, **CAROL),
+                ],
+                "gpuinfra:account_gpus:allocated": [
+                    recorded("gpuinfra:account_gpus:allocated", 3, account="physics"),
+                    recorded("gpuinfra:account_gpus:allocated", 4, account="chemistry"),
+                ],
+                # physics: 0.5 + 0.25 + 0 GPUs' worth of work; chemistry: 1 + 1 + 0.5 + 0.5.
+                "gpuinfra:account_gpus:used": [
+                    recorded("gpuinfra:account_gpus:used", 0.75, account="physics"),
+                    recorded("gpuinfra:account_gpus:used", 3, account="chemistry"),
+                ],
+            },
+        },
+    },
+    "idle, as GpuIdleWhileAllocated says": {
+        "series": {
+            **job_series("ctl01", "101", "alice", "physics", "gpu", 2),
+            **job_series("ctl01", "201", "carol", "chemistry", "l40s", 1),
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "0", ', hpc_job="101"'): "5x100",  # idle
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "1", ', hpc_job="101"'): "10x100",  # at the threshold: busy enough
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu02", "0", ', hpc_job="201"'): "50x100",
+            dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu03", "0"): "0x100",  # idle, but no job holds it
+        },
+        "evals": {
+            "29m": {  # idle for less than the alert's 30m
+                "gpuinfra:job_gpus:idle": [],
+                "gpuinfra:account_gpus:idle": [
+                    recorded("gpuinfra:account_gpus:idle", 0, account="physics"),
+                    recorded("gpuinfra:account_gpus:idle", 0, account="chemistry"),
+                ],
+            },
+            "35m": {
+                "gpuinfra:job_gpus:idle": [recorded("gpuinfra:job_gpus:idle", 1, **ALICE)],
+                "gpuinfra:account_gpus:idle": [
+                    recorded("gpuinfra:account_gpus:idle", 1, account="physics"),
+                    recorded("gpuinfra:account_gpus:idle", 0, account="chemistry"),
+                ],
+            },
+        },
+    },
+}
+
+
+def _account_rules() -> list[dict[str, Any]]:
+    rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
+    [group] = [group for group in rules["groups"] if group["name"] == "gpuinfra-slurm-accounts"]
+    return list(group["rules"])
+
+
+def test_every_account_rule_has_a_case() -> None:
+    records = {rule["record"] for rule in _account_rules()}
+    tested = {record for case in RECORDING_CASES.values() for evals in case["evals"].values() for record in evals}
+    assert records == tested
+    assert "gpuinfra:account_gpus:idle" in records
+
+
+def _promtool_test(tmp_path: Path, series: dict[str, str], **checks: Any) -> subprocess.CompletedProcess[str]:
+    _rules_without_annotations(tmp_path / "rules.yml")
+    test = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": [{"series": name, "values": values} for name, values in series.items()],
+                **checks,
+            }
+        ],
+    }
+    with (tmp_path / "test.yml").open("w") as handle:
+        YAML(typ="safe").dump(test, handle)
+    return subprocess.run(
+        [str(PROMTOOL), "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("name", list(RECORDING_CASES))
+def test_account_rules_record_what_the_jobs_hold_and_use(name: str, tmp_path: Path) -> None:
+    case = RECORDING_CASES[name]
+    checks = [
+        {"expr": record, "eval_time": at, "exp_samples": samples}
+        for at, records in case["evals"].items()
+        for record, samples in records.items()
+    ]
+    result = _promtool_test(tmp_path, case["series"], promql_expr_test=checks)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_wrong_recorded_value_would_fail(tmp_path: Path) -> None:
+    """The harness is not vacuous: one GPU more than the job holds makes promtool fail."""
+    check = {
+        "expr": "gpuinfra:account_gpus:allocated",
+        "eval_time": "1m",
+        "exp_samples": [recorded("gpuinfra:account_gpus:allocated", 3, account="physics")],
+    }
+    result = _promtool_test(
+        tmp_path, job_series("ctl01", "101", "alice", "physics", "gpu", 2), promql_expr_test=[check]
+    )
+    assert result.returncode != 0
+    assert "gpuinfra:account_gpus:allocated" in result.stdout + result.stderr
 
 
 def test_every_alert_has_a_case() -> None:
