@@ -224,6 +224,7 @@ RECORDING_CASES: dict[str, dict[str, Any]] = {
             **job_series("ctl01", "102", "bob", "physics", "gpu", 1),
             **job_series("ctl02", "102", "bob", "physics", "gpu", 1),
             **job_series("ctl01", "201", "carol", "chemistry", "l40s", 4),
+            **job_series("ctl01", "301", "dave", "biology", "cpu", 0),  # a CPU job: no GPU, so no series
             dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "0", ', hpc_job="101"'): "50x20",
             dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu01", "1", ', hpc_job="101"'): "25x20",
             dcgm("DCGM_FI_DEV_GPU_UTIL", "gpu02", "0", ', hpc_job="102"'): "0x20",
