@@ -612,9 +612,9 @@ def test_dashboard_is_well_formed_and_names_known_metrics(path: Path) -> None:
         assert not unknown, f"{path.name}: {expr!r} names metrics nothing exports: {sorted(unknown)}"
 
 
-def test_dashboards_cover_the_three_boards() -> None:
+def test_dashboards_cover_the_four_boards() -> None:
     titles = {json.loads(p.read_text())["uid"] for p in DASHBOARDS.glob("*.json")}
-    assert titles == {"gpuinfra-gpu-overview", "gpuinfra-gpu-usage", "gpuinfra-node-health"}
+    assert titles == {"gpuinfra-gpu-overview", "gpuinfra-gpu-usage", "gpuinfra-gpu-teams", "gpuinfra-node-health"}
     grafana_tasks = (ROOT / "roles" / "grafana" / "vars" / "main.yml").read_text()
     assert all(p.name in grafana_tasks for p in DASHBOARDS.glob("*.json")), "a dashboard the role does not install"
 
