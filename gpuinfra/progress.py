@@ -114,6 +114,9 @@ class RunProgress:
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.stats_final = False
+        self.artifacts: dict[str, Any] = {}
+        """What the playbook published with `ansible.builtin.set_stats` (runner's `artifact_data`): the one
+        structured channel from a run back to Python, for playbooks that read state (reports)."""
         self._message: list[str] | None = None  # errors or warnings, while a message's lines are still arriving
         self._hidden_changes: set[tuple[str, str]] = set()  # (host, task uuid) of changed no_log loop items
         self._failed_items: dict[tuple[str, str], list[str]] = {}  # (host, task uuid) -> why each failed item failed
@@ -217,6 +220,8 @@ class RunProgress:
             progress.stats = stats
             progress.state = _state(stats)
         self.failures = _unrescued(self.failures, per_host)
+        artifacts = data.get("artifact_data")
+        self.artifacts = redact_data(dict(artifacts), self.redact) if isinstance(artifacts, Mapping) else {}
         self.stats_final = True
 
     def _verbose(self, stdout: str) -> Update | None:
@@ -260,6 +265,17 @@ def _state(stats: HostStats) -> HostState:
     if stats.failed:
         return "failed"
     return "changed" if stats.changed else "ok"
+
+
+def redact_data(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` (JSON data) with `redact` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {redact(str(key)): redact_data(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_data(item, redact) for item in value]
+    return value
 
 
 def task_name(data: Mapping[str, Any]) -> str:

@@ -33,7 +33,7 @@ import ansible_runner
 
 from .collection import ROOT
 from .errors import GpuinfraError
-from .progress import Change, Event, Failure, HostStats, RunProgress, Update
+from .progress import Change, Event, Failure, HostStats, RunProgress, Update, redact_data
 from .redact import Redactor, secrets_folders
 from .render.inventory import inventory_yaml
 from .validate.load import LoadedCluster
@@ -88,6 +88,9 @@ class RunResult:
     errors: list[str]
     warnings: list[str]
     duration_s: float
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """Data the playbook published with `ansible.builtin.set_stats` (aggregated, not per host): structured
+    results of playbooks that read state, such as playbooks/report.yml."""
 
     @property
     def changed(self) -> bool:
@@ -101,6 +104,7 @@ class RunResult:
             changes=[dataclasses.replace(c, task=redact(c.task), diff=redact(c.diff)) for c in self.changes],
             errors=[redact(e) for e in self.errors],
             warnings=[redact(w) for w in self.warnings],
+            artifacts=redact_data(self.artifacts, redact),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -353,6 +357,7 @@ def run_playbook(
         errors=list(progress.errors),
         warnings=list(progress.warnings),
         duration_s=time.monotonic() - started,
+        artifacts=dict(progress.artifacts),
     )
     # Again with what the folders hold now: the run may have generated secrets that were not there at its start.
     return result.redacted(Redactor.from_folders(folders))
