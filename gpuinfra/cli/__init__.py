@@ -13,7 +13,17 @@ from collections.abc import Sequence
 from . import exitcodes
 
 # Verb modules, in the order `gpuinfra --help` lists them.
-VERBS: tuple[str, ...] = ("validate", "plan", "apply", "upgrade", "health", "sandbox", "inventory", "schema")
+VERBS: tuple[str, ...] = (
+    "validate",
+    "plan",
+    "apply",
+    "upgrade",
+    "health",
+    "report",
+    "sandbox",
+    "inventory",
+    "schema",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
