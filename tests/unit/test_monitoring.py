@@ -391,9 +391,11 @@ def test_collector_writes_the_failure_when_sinfo_fails(tmp_path: Path) -> None:
 # --- the Slurm job collector ----------------------------------------------------------------------------------------
 
 # squeue --noheader --all --states=RUNNING --Format=JobID:|,UserName:|,Account:|,Partition:|,NumNodes:|,tres-alloc:|,
-# tres-per-job:|,tres-per-node:| as Slurm 22.05 prints it: accounting tracks gres/gpu (1041, 1042 with the typed count
-# too, 1043 typed only), a CPU job (1044), jobs of a cluster without GPU accounting, counted from their request per
-# node (1045, on 2 nodes) or per job (1046), and an array task, listed by its own job id (1047).
+# tres-per-job:|,tres-per-node:|. 1048 and 1049 are lines a real Slurm 22.05.8 printed on a cluster without
+# accounting (account "(null)", no gres/gpu in tres-alloc: slurmctld refuses AccountingStorageTRES=gres/gpu without
+# slurmdbd). The others follow them with the TRES of a cluster that accounts gres/gpu (1041; 1042 with the typed
+# count too; 1043 typed only), a CPU job (1044), requests per node (1045, on 2 nodes) and per job (1046), and a
+# gres/gpumem beside gres/gpu (1047). An array task is listed by its own job id, as the prolog writes it.
 SQUEUE = """\
 1041|alice|physics|gpu|1|cpu=8,mem=64G,node=1,billing=8,gres/gpu=2|N/A|gres:gpu:2|
 1042|bob|physics|gpu|2|cpu=32,mem=256G,node=2,billing=32,gres/gpu=8,gres/gpu:h100=8|N/A|gres:gpu:h100:4|
@@ -402,6 +404,8 @@ SQUEUE = """\
 1045|erin|biology|gpu|2|cpu=2,mem=4G,node=2,billing=2|N/A|gres:gpu:2|
 1046|frank|biology|gpu|1|cpu=2,mem=4G,node=1,billing=2|gres:gpu:3|N/A|
 1047|grace|physics|gpu|1|cpu=1,mem=2G,node=1,billing=1,gres/gpumem=40G,gres/gpu=1|N/A|gres:gpu:1|
+1048|root|(null)|gpu|1|cpu=1,node=1,billing=1|N/A|gres:gpu:l4:2|
+1049|root|physics|gpu|1|cpu=1,node=1,billing=1|gres:gpu:1|N/A|
 """
 
 
@@ -416,6 +420,8 @@ def test_job_collector_reads_squeue() -> None:
         ("1045", "erin", "biology", "gpu", 4),  # 2 per node on 2 nodes
         ("1046", "frank", "biology", "gpu", 3),
         ("1047", "grace", "physics", "gpu", 1),  # gres/gpumem is not a GPU
+        ("1048", "root", "", "gpu", 2),  # "(null)": no account
+        ("1049", "root", "physics", "gpu", 1),
     ]
 
 
@@ -432,8 +438,8 @@ def test_job_collector_renders_one_series_per_job() -> None:
     assert "gpuinfra_slurm_squeue_success 1" in lines
     assert 'gpuinfra_slurm_job_info{hpc_job="1041",user="alice",account="physics",partition="gpu"} 1' in lines
     assert 'gpuinfra_slurm_job_gpus{hpc_job="1042"} 8' in lines
-    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_info{")]) == 7
-    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_gpus{")]) == 7
+    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_info{")]) == 9
+    assert len([line for line in lines if line.startswith("gpuinfra_slurm_job_gpus{")]) == 9
 
 
 @needs_promtool
