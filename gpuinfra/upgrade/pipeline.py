@@ -16,7 +16,6 @@ changes nothing. Nodes run in worker threads, never more than the window allows.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -181,14 +180,3 @@ class Rollout:
             self._record(node, phase.after)
             last = phase.after
         return State.RESUMED
-
-
-_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-def duration_seconds(text: str) -> int:
-    """`4h`, `1h30m`, `90s` -> seconds (the model's Duration form)."""
-    parts = re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration: {text!r}")
-    return int(sum(int(n) * _DURATION_UNITS[u] for n, u in parts))

@@ -375,6 +375,17 @@ Duration = Annotated[
     Grammar("a duration such as 30s, 5m, 2h or 15d", 32, _matches(DURATION_PATTERN), DURATION_PATTERN),
 ]
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def duration_seconds(text: str) -> int:
+    """`4h`, `1h30m`, `90s` -> seconds (the Duration form)."""
+    parts = re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r}")
+    return int(sum(int(n) * _DURATION_UNITS[u] for n, u in parts))
+
+
 SLURM_TIME_PATTERN = (
     r"UNLIMITED|INFINITE|[0-9]{1,7}|[0-9]{1,7}:[0-9]{2}(:[0-9]{2})?|[0-9]{1,5}-[0-9]{1,2}(:[0-9]{2}){0,2}"
 )

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpuinfra.upgrade.journal import RUN, Journal, State
-from gpuinfra.upgrade.pipeline import PHASES, Interrupted, PhaseResult, Rollout, duration_seconds
+from gpuinfra.upgrade.pipeline import PHASES, Interrupted, PhaseResult, Rollout
+from gpuinfra.validate.grammar import duration_seconds
 
 TARGET = "535.261.03"
 
