@@ -4,10 +4,31 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from ..validate.grammar import Duration, NonNegativeInt, Percentage, PositiveInt
+from ..validate.grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration_seconds
 from .base import Model
+
+# A check reads nvidia-smi once (well under a second on a healthy node); a day is the longest a broken GPU should
+# keep taking jobs.
+MIN_CHECK_INTERVAL = 10
+MAX_CHECK_INTERVAL = 86400
+
+
+class HealthCheck(Model):
+    enabled: bool = True
+    """Run gpuinfra-health on every GPU node: it drains (Slurm) or taints (Kubernetes) a node whose GPUs fail the
+    health policy, and resumes it when they pass again, never touching a drain it did not make."""
+    interval: Duration = "5m"
+    """How often: Slurm's HealthCheckInterval, or the Kubernetes nodes' timer."""
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_in_range(cls, value: str) -> str:
+        seconds = duration_seconds(value)
+        if not MIN_CHECK_INTERVAL <= seconds <= MAX_CHECK_INTERVAL:
+            raise ValueError(f"must be between 10s and 1d, not {value}")
+        return value
 
 
 class Health(Model):
@@ -17,6 +38,8 @@ class Health(Model):
     """XIDs that do not fail a node (e.g. 13 or 31: application faults)."""
     require_persistence: bool = True
     check_pcie_link: bool = True
+    check: HealthCheck = HealthCheck()
+    """The continuous check on every GPU node, and what it does to the scheduler."""
 
 
 class Upgrade(Model):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GpuinfraError
+from ..render.vars.health import EMULATED_GPU_TOOLS
 from ..validate.load import LoadedCluster
 
 # Labels mark what the sandbox made, so `down` removes exactly that and `up` never adopts someone else's container.
@@ -28,6 +29,8 @@ ULIMITS = ("nofile=1024:1024", "nproc=4096:4096")
 # Fake GPUs are /dev/null mapped to the NVIDIA device names: enough for slurmd's gres.conf and for checks of
 # device files; no driver can talk to them (see Gpu.emulated).
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
+# Recorded nvidia-smi answers for the emulated GPUs, and the tools that pick one (see gpus/).
+EMULATED_GPUS = Path(__file__).resolve().parent / "gpus"
 # The folder this checkout of gpuinfra (or, installed, its site-packages) lives in: never a place for a key.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,10 +204,14 @@ def spec_digest(spec: SandboxSpec, container: ContainerSpec) -> str:
 
 
 def run_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
-    """`podman run` arguments for one host: systemd as PID 1, fake GPUs, a fixed address, labels for `down`."""
+    """`podman run` arguments for one host: systemd as PID 1, fake GPUs, a fixed address, labels for `down`.
+
+    GPU hosts also get the recorded nvidia-smi answers (EMULATED_GPUS), read-only. That mount is left out of the
+    digest: its source is wherever this copy of gpuinfra is installed, which is not a setting of the host."""
+    mounts = ["--volume", f"{EMULATED_GPUS}:{EMULATED_GPU_TOOLS}:ro"] if container.gpus else []
     return [
         "run", "--detach", "--name", container.name,
-        *_settings_args(spec, container),
+        *_settings_args(spec, container), *mounts,
         "--label", f"{LABEL}={spec.cluster}",
         "--label", f"{SPEC_LABEL}={spec_digest(spec, container)}",
         container.image, "/sbin/init",

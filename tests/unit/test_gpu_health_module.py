@@ -341,7 +341,9 @@ def test_documented_return_values_are_what_the_module_returns(node: Node) -> Non
 
 def _role_options() -> dict[str, Any]:
     specs = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "meta" / "argument_specs.yml").read_text())
-    options: dict[str, Any] = specs["argument_specs"]["main"]["options"]
+    options: dict[str, Any] = {}
+    for entry in specs["argument_specs"].values():
+        options.update(entry["options"])
     return options
 
 

@@ -80,6 +80,10 @@ EXCEPTIONS: dict[str, str] = {
     "prometheus_alert_idle_allocated_labels": (
         "follows the file's orchestrator (hpc_job with Slurm, pod with Kubernetes); a role on its own assumes none"
     ),
+    "gpu_health_expected_pci_ids": "the GPU model's, from the node group; a role on its own knows no model",
+    "gpu_health_scheduler": (
+        "follows the host's roles (slurm_compute, k8s_gpu_worker); a role on its own only reports, changing nothing"
+    ),
     "dcgm_exporter_hpc_job_mapping_dir": (
         "off without `slurm:`, where no prolog writes the files; the role's default is the Slurm cluster's folder"
     ),

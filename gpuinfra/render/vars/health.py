@@ -2,14 +2,23 @@
 
 The per-host facts the role also needs come from the inventory's host variables, which its defaults read:
 `gpu_health_expected_count` from `gpuinfra_gpu_count` and `gpu_health_mig_layouts` from `gpuinfra_mig_layouts`.
+The node health program (the role's install entry point) also gets the model's PCI IDs and its scheduler.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...resolve import ResolvedCluster
+from ... import catalog
+from ...resolve import Host, ResolvedCluster
+from ...validate.grammar import duration_seconds
 from ..artifacts import Artifact
+
+# Emulated GPUs (the sandbox) have no hardware for nvidia-smi; `gpuinfra sandbox up` mounts a responder that
+# answers with recorded outputs (gpuinfra/sandbox/gpus) here, and the health program reads it and the sandbox's
+# kernel log instead. Their running kernel is the machine's own, without the nvidia module, so modinfo is skipped.
+EMULATED_GPU_TOOLS = "/usr/local/lib/gpuinfra-sandbox"
+EMULATED_KERNEL_LOG = "/var/lib/gpuinfra-sandbox/kern.log"
 
 # The role renders no files.
 ARTIFACTS: tuple[Artifact, ...] = ()
@@ -34,4 +43,22 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_require_persistence": health.require_persistence,
         "gpu_health_check_pcie_link": health.check_pcie_link,
         "gpu_health_driver_version": driver_pin(rc),
+        "gpu_health_check_enabled": health.check.enabled,
+        "gpu_health_interval": duration_seconds(health.check.interval),
     }
+
+
+def host_vars(host: Host) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    spec = catalog.lookup(host.gpu_model) if host.gpu_model else None
+    if spec is not None:
+        out["gpu_health_expected_pci_ids"] = list(spec.pci_ids)
+    if "slurm_compute" in host.roles:
+        out["gpu_health_scheduler"] = "slurm"
+    elif "k8s_gpu_worker" in host.roles:
+        out["gpu_health_scheduler"] = "kubernetes"
+    if host.gpu_emulated:
+        out["gpu_health_nvidia_smi"] = f"{EMULATED_GPU_TOOLS}/nvidia-smi"
+        out["gpu_health_kernel_log"] = EMULATED_KERNEL_LOG
+        out["gpu_health_check_kernel_module"] = False
+    return out

@@ -19,6 +19,7 @@ import hostlist
 from ...model import Cluster, NodeGroup
 from ...model.slurm import Account, Qos, Slurm
 from ...resolve import ResolvedCluster
+from ...validate.grammar import duration_seconds
 from ...validate.hosts import expand_hosts
 from ..artifacts import Artifact
 from . import mig as mig_vars
@@ -32,6 +33,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
 )
 
 COMPUTE_ROLE = "slurm_compute"
+# Where the gpu_health role installs the node health check (its __gpu_health_program).
+HEALTH_CHECK_PROGRAM = "/usr/local/sbin/gpuinfra-health"
 
 
 def gres_types(model: Cluster) -> dict[str, str]:
@@ -233,6 +236,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_preempt_mode": slurm.preempt_mode,
         "slurm_common_def_mem_per_cpu": def_mem_per_cpu(model),
         "slurm_common_job_mapping_dir": mapping,
+        "slurm_common_health_check_program": HEALTH_CHECK_PROGRAM if model.health.check.enabled else "",
+        "slurm_common_health_check_interval": duration_seconds(model.health.check.interval),
         "slurm_accounting_cluster_name": cluster,
         "slurm_accounting_qos": qos_list(slurm),
         "slurm_accounting_accounts": accounts(slurm),
