@@ -6,6 +6,8 @@ carries the sandbox's label and the files `up` wrote, and nothing else.
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GpuinfraError
+from ..render.vars.health import EMULATED_KERNEL_LOG
 from ..validate.load import load_cluster
 from . import access, tools
 from .image import DEFAULT_IMAGE, ensure_image
@@ -126,6 +129,8 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
         if created_users:
             changes.append(f"{container.host}: created the users {', '.join(created_users)}")
     gpu_hosts = [c for c in spec.containers if c.gpus]
+    for container in gpu_hosts:
+        _ensure_kernel_log(container)
     with ThreadPoolExecutor(max_workers=max(1, len(gpu_hosts))) as pool:
         for container, installed in zip(gpu_hosts, pool.map(_ensure_kernel, gpu_hosts), strict=True):
             if installed:
@@ -274,6 +279,13 @@ def _ensure_kernel(container: ContainerSpec) -> bool:
         f"apt-get install -y -qq --no-install-recommends {KERNEL_PACKAGE} >/dev/null; echo installed"
     )
     return exec_in(container.name, script, timeout=900).strip().endswith("installed")
+
+
+def _ensure_kernel_log(container: ContainerSpec) -> None:
+    """The emulated GPUs' kernel log, which the health program reads instead of the machine's own: it exists,
+    empty until `gpuinfra-sandbox-gpu` records a fault in it."""
+    folder = shlex.quote(os.path.dirname(EMULATED_KERNEL_LOG))
+    exec_in(container.name, f"mkdir -p {folder} && touch {shlex.quote(EMULATED_KERNEL_LOG)}")
 
 
 def _wait_for_systemd(container: str, timeout: float = 120) -> None:
