@@ -1,0 +1,144 @@
+"""The node health loop on the sandbox's real Slurm: slurmctld runs gpuinfra-health on every GPU node every
+`health.check.interval` (10 s in the sandbox), and the program drains and resumes the node through scontrol.
+
+The sandbox's GPUs are emulated: `gpuinfra-sandbox-gpu STATE` on a GPU node makes nvidia-smi answer with a recorded
+output (and appends the fault's kernel messages to the log the program reads). Everything else is real: the
+program, its checks, slurmctld, slurmd and the jobs.
+
+Runs after test_apply_e2e.py (files run in name order), which converges the sandbox; run alone, it converges it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.validate.grammar import duration_seconds
+from gpuinfra.validate.load import load_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
+SWITCH = "/usr/local/lib/gpuinfra-sandbox/gpuinfra-sandbox-gpu"
+ADMIN_REASON = "disk replacement, ticket 4711"
+
+
+def _missing() -> str | None:
+    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (gpuinfra sandbox needs it)"
+    return None
+
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+
+
+def gpuinfra(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
+    from gpuinfra.sandbox import ssh
+
+    return ssh(SANDBOX_CLUSTER, host, list(command))
+
+
+def node(name: str) -> tuple[str, str]:
+    """The node's state (drained, draining, idle, mixed, ...) and reason, as slurmctld reports them."""
+    done = on_host("ctl01", "sinfo", "--noheader", "--node", name, shlex.quote("--format=%T|%E"))
+    assert done.returncode == 0, done.stderr
+    state, _, reason = done.stdout.splitlines()[0].partition("|")
+    return state.rstrip("*~#!%$@^-"), "" if reason.strip() == "none" else reason.strip()
+
+
+def drained(state: str) -> bool:
+    return state in ("drained", "draining") or "drain" in state
+
+
+def wait_for(what: str, ready: Callable[[], bool], limit: float) -> float:
+    """Poll until `ready()`; the seconds it took. Fails, naming `what`, after `limit` seconds."""
+    start = time.monotonic()
+    while not ready():
+        assert time.monotonic() - start < limit, f"{what}: not within {limit:.0f} s"
+        time.sleep(1)
+    return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def interval() -> Iterator[int]:
+    """The sandbox up and converged, with healthy GPUs and no drain on its GPU nodes before and after."""
+    up = gpuinfra("sandbox", "up")
+    assert up.returncode == 0, up.stderr
+    if on_host("ctl01", "systemctl", "is-active", "slurmctld").returncode != 0:
+        applied = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes")
+        assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    seconds = duration_seconds(load_cluster(SANDBOX_CLUSTER).model.health.check.interval)
+    _restore()
+    yield seconds
+    _restore()
+
+
+def _restore() -> None:
+    for host in ("gpu01", "gpu02"):
+        assert on_host(host, SWITCH, "healthy").returncode == 0
+        on_host(host, "gpuinfra-health", "--clear-xids", "--no-action")
+        if drained(node(host)[0]):
+            on_host("ctl01", "scontrol", "update", f"NodeName={host}", "State=RESUME")
+
+
+def test_the_program_reads_the_emulated_gpus_as_healthy(interval: int) -> None:
+    """The real checks pass on the recorded healthy answer: count, model, driver pin, DKMS, persistence, XIDs."""
+    done = on_host("gpu02", "gpuinfra-health", "--no-action")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("gpuinfra-health: healthy; no action"), done.stdout
+
+
+def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -> None:
+    assert on_host("gpu02", SWITCH, "xid79").returncode == 0
+    took = wait_for("gpu02 drained by its health check", lambda: drained(node("gpu02")[0]), interval + 20)
+    print(f"gpu02 drained {took:.1f} s after its GPU 1 fell off the bus (interval {interval} s)")
+    assert node("gpu02")[1] == "gpuinfra-health: xid 79 on GPU 1"
+
+    # While gpu02 is broken, GPU jobs land on gpu01 only.
+    script = shlex.quote("hostname")
+    for _ in range(3):
+        job = on_host("ctl01", "runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp",
+                      "--immediate=60", "--gres=gpu:1", "sh", "-c", script)  # fmt: skip
+        assert (job.returncode, job.stdout.strip()) == (0, "gpu01"), job.stdout + job.stderr
+
+    # The GPU answers again, but XID 79 stays until a reboot or the operator's word: still drained.
+    assert on_host("gpu02", SWITCH, "healthy").returncode == 0
+    time.sleep(interval * 2 + 2)
+    assert node("gpu02") == ("drained", "gpuinfra-health: xid 79 on GPU 1")
+    assert on_host("gpu02", "gpuinfra-health", "--clear-xids", "--no-action").returncode == 0
+    took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), interval + 20)
+    print(f"gpu02 resumed {took:.1f} s after the operator cleared the XID")
+    assert node("gpu02")[1] == ""
+
+
+def test_a_pending_row_remap_drains_until_the_gpu_is_reset(interval: int) -> None:
+    assert on_host("gpu02", SWITCH, "row-remap-pending").returncode == 0
+    wait_for("gpu02 drained for its row remap", lambda: drained(node("gpu02")[0]), interval + 20)
+    assert node("gpu02")[1].startswith("gpuinfra-health: GPU 0 (00000000:18:00.0): row remapping is pending")
+    assert on_host("gpu02", SWITCH, "healthy").returncode == 0
+    wait_for("gpu02 resumed after the reset", lambda: not drained(node("gpu02")[0]), interval + 20)
+
+
+def test_an_admin_drain_survives_many_intervals_healthy_or_not(interval: int) -> None:
+    update = ["scontrol", "update", "NodeName=gpu01", "State=DRAIN", f"Reason={shlex.quote(ADMIN_REASON)}"]
+    assert on_host("ctl01", *update).returncode == 0
+    time.sleep(interval * 3 + 2)
+    assert node("gpu01") == ("drained", ADMIN_REASON)
+    # Broken while drained by the admin: the program leaves the drain and its reason alone.
+    assert on_host("gpu01", SWITCH, "gpu-missing").returncode == 0
+    time.sleep(interval * 2 + 2)
+    assert node("gpu01") == ("drained", ADMIN_REASON)
+    assert on_host("gpu01", SWITCH, "healthy").returncode == 0
+    time.sleep(interval * 2 + 2)
+    assert node("gpu01") == ("drained", ADMIN_REASON)
