@@ -1,24 +1,40 @@
 """gpuinfra-health (roles/gpu_health/files/gpuinfra-health) run as Slurm and the timer run it: a real process, with
 the collection's module_utils as its library, recorded nvidia-smi answers and a kernel log file.
 
-Slurm and Kubernetes are replaced by small command-line doubles here (scontrol keeps one node's state and reason in
-a file; kubectl records its arguments), so that every decision can be tried in seconds: drain, leave, resume, and
-never touching a drain that is not the program's own. The sandbox test (tests/sandbox/test_health_loop.py) proves
-the same against the real slurmctld.
+Slurm is replaced by a small command-line double here (scontrol keeps one node's state and reason in a file), so
+that every decision can be tried in seconds: drain, leave, resume, and never touching a drain that is not the
+program's own. The sandbox test (tests/sandbox/test_health_loop.py) proves the same against the real slurmctld.
+
+No Kubernetes API server can run on this machine. The program talks HTTPS to one, so a small HTTPS server stands in
+for it (`ApiServer`): it serves one Node, applies JSON merge patches (RFC 7386) with the resourceVersion
+precondition, answers others' nodes as RBAC with resourceNames would (403), and records every request, so that the
+tests assert exactly what the program sends: method, path, headers and body. tests/k8s/test_real_cluster.py checks
+the service account's rights against a real cluster.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import ipaddress
 import json
 import os
 import shlex
+import ssl
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra-health"
@@ -44,26 +60,190 @@ elif sys.argv[1] == "update":
     json.dump(node, open(path, "w"))
 """
 
-# kubectl: `get node` prints the node from node.json; taint/annotate log their arguments and change the taints.
-KUBECTL = r"""#!/usr/bin/env python3
-import json, sys
-path = sys.argv[0] + ".json"
-node = json.load(open(path))
-args = [a for a in sys.argv[1:] if not a.startswith("--kubeconfig=")]
-with open(sys.argv[0] + ".log", "a") as log:
-    log.write(json.dumps(args) + "\n")
-if args[0] == "get":
-    print(json.dumps({"spec": {"taints": node["taints"]}}))
-elif args[0] == "taint":
-    spec = args[3]
-    if spec.endswith("-"):
-        node["taints"] = [t for t in node["taints"] if t["key"] != spec.split(":")[0]]
-    else:
-        key, _, rest = spec.partition("=")
-        value, _, effect = rest.partition(":")
-        node["taints"].append({"key": key, "value": value, "effect": effect})
-    json.dump(node, open(path, "w"))
-"""
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.gpu02-service-account-token.c2lnbmF0dXJl"  # the stand-in's; never printed
+
+
+# --- a stand-in for the API server ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A CA and a certificate it signed for 127.0.0.1, as PEM files."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def _pki(folder: Path) -> Pki:
+    folder.mkdir()
+    now = datetime.datetime.now(datetime.UTC)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"kubernetes-{folder.name}")])
+    server_key = ec.generate_private_key(ec.SECP256R1())
+
+    def certificate(subject: x509.Name, key: ec.EllipticCurvePrivateKey, ca: bool) -> bytes:
+        """Signed by the CA, with the extensions kubeadm gives its certificates (Python's strict checks want them)."""
+        usage = dict.fromkeys(
+            ("content_commitment", "data_encipherment", "key_agreement", "encipher_only", "decipher_only"), False
+        )
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(digital_signature=True, key_encipherment=not ca, key_cert_sign=ca, crl_sign=ca, **usage),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        )
+        if not ca:
+            names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
+    (folder / "ca.crt").write_bytes(certificate(ca_name, ca_key, True))
+    (folder / "apiserver.crt").write_bytes(certificate(server_name, server_key, False))
+    key = server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (folder / "apiserver.key").write_bytes(key)
+    return Pki(folder / "ca.crt", folder / "apiserver.crt", folder / "apiserver.key")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge, null deletes, anything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+@dataclass
+class ApiServer:
+    """One Node, served over HTTPS to the holder of TOKEN, which may get and patch only that node."""
+
+    node_name: str
+    pki: Pki
+    node: dict[str, Any] = field(default_factory=dict)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # Changes someone else makes to the node just before the next PATCHes are applied (a race).
+    interleaved: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+    def set_node(self, taints: list[dict[str, str]], annotations: dict[str, str] | None = None) -> None:
+        self.node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node_name,
+                "resourceVersion": "1000",
+                "annotations": annotations or {"node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": self.node_name},
+            },
+            "spec": {"podCIDR": "10.244.2.0/24", "taints": taints},
+        }
+
+    def _bump(self) -> None:
+        self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
+
+    def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, Any]]:
+        self.requests.append(
+            {
+                "method": method,
+                "path": path,
+                "authorization": headers.get("Authorization"),
+                "content_type": headers.get("Content-Type"),
+                "accept": headers.get("Accept"),
+                "body": json.loads(body) if body else None,
+            }
+        )
+        if headers.get("Authorization") != f"Bearer {TOKEN}":
+            return 401, _status(401, "Unauthorized", "Unauthorized")
+        user = f"system:serviceaccount:gpuinfra-system:gpuinfra-health-{self.node_name}"
+        name = path.removeprefix("/api/v1/nodes/")
+        verb = {"GET": "get", "PATCH": "patch"}.get(method, method.lower())
+        if not path.startswith("/api/v1/nodes/") or name != self.node_name or verb not in ("get", "patch"):
+            message = f'nodes "{name}" is forbidden: User "{user}" cannot {verb} resource "nodes" in API group ""'
+            return 403, _status(403, "Forbidden", message + " at the cluster scope")
+        if method == "GET":
+            return 200, self.node
+        if headers.get("Content-Type") != "application/merge-patch+json":
+            return 415, _status(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+        patch = json.loads(body)
+        if self.interleaved:
+            self.node = _merge(self.node, self.interleaved.pop(0))
+            self._bump()
+        wanted = patch.get("metadata", {}).get("resourceVersion")
+        if wanted is not None and wanted != self.node["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; please apply '
+                "your changes to the latest version and try again"
+            )
+            return 409, _status(409, "Conflict", message)
+        self.node = _merge(self.node, patch)
+        self._bump()
+        return 200, self.node
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason,
+            "code": code}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, Pki]:
+    """The cluster's CA, and another one the API server's certificate is not signed by."""
+    folder = tmp_path_factory.mktemp("pki")
+    return _pki(folder / "cluster"), _pki(folder / "other")
+
+
+@pytest.fixture
+def api(pki: tuple[Pki, Pki]) -> Iterator[ApiServer]:
+    server_state = ApiServer("gpu02", pki[0])
+    server_state.set_node([])
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            code, document = server_state.handle(self.command, self.path, dict(self.headers), body)
+            data = json.dumps(document).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PATCH = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pki[0].cert, pki[0].key)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    server_state.url = f"https://127.0.0.1:{httpd.server_address[1]}"
+    yield server_state
+    httpd.shutdown()
+    httpd.server_close()
 
 
 @dataclass
@@ -97,8 +277,7 @@ class Node:
             "check_kernel_module": False,
             "check_dkms": False,
             "dkms_module": "",
-            "kubeconfig": "/etc/kubernetes/kubelet.conf",
-            "kubectl": str(self.root / "bin" / "kubectl"),
+            "kubeconfig": str(self.root / "health-kubeconfig"),
             "policy": {
                 "expected_count": 2,
                 "expected_model": "L4",
@@ -120,6 +299,26 @@ class Node:
                 settings[key] = value
         (self.root / "health.json").write_text(json.dumps(settings))
 
+    def kubeconfig(self, server: str, ca: Path, token: str = TOKEN, user: str = "gpuinfra-health-gpu02") -> None:
+        """The kubeconfig k8s_node_health writes: JSON, the server and its CA from the admin kubeconfig, the token."""
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kubernetes",
+                    "cluster": {
+                        "server": server,
+                        "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "gpuinfra-health", "context": {"cluster": "kubernetes", "user": user}}],
+            "current-context": "gpuinfra-health",
+        }
+        (self.root / "health-kubeconfig").write_text(json.dumps(kubeconfig))
+
     def slurm(self, state: str = "IDLE", reason: str = "") -> None:
         (self.root / "bin" / "scontrol.json").write_text(json.dumps({"state": state, "reason": reason}))
 
@@ -140,7 +339,8 @@ class Node:
         )
         command = [sys.executable, "-c", starter, str(self.root / "lib"), str(PROGRAM)]
         command += ["--config", str(self.root / "health.json"), "--state", str(self.root / "state" / "s.json")]
-        env = {**os.environ, "PATH": f"{self.root / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}  # the API server is local
+        env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{os.environ['PATH']}"
         return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=60)
 
     def run(self, *args: str) -> tuple[int, dict[str, Any]]:
@@ -158,9 +358,8 @@ def node(tmp_path: Path) -> Node:
     library.mkdir(parents=True)
     for name in ("nvidia_smi.py", "node_probe.py"):
         (library / name).symlink_to(ROOT / "plugins" / "module_utils" / name)
-    for name, text in (("scontrol", SCONTROL), ("kubectl", KUBECTL)):
-        (tmp_path / "bin" / name).write_text(text)
-        (tmp_path / "bin" / name).chmod(0o755)
+    (tmp_path / "bin" / "scontrol").write_text(SCONTROL)
+    (tmp_path / "bin" / "scontrol").chmod(0o755)
     (tmp_path / "kern.log").write_text("2026-11-25T02:00:00+0000 gpu02 kernel: Linux version 6.1.0-31-amd64\n")
     result = Node(tmp_path)
     result.config()
@@ -262,24 +461,149 @@ def test_a_node_without_gpus_resumes_its_own_drain(node: Node) -> None:
     assert (code, verdict["action"], node.slurm_node["state"]) == (0, "resumed", "IDLE")
 
 
-def test_kubernetes_taints_then_untaints_only_its_own_key(node: Node) -> None:
+def test_kubernetes_taints_then_untaints_only_its_own_key(node: Node, api: ApiServer) -> None:
+    """Exactly what reaches the API server: a GET of the node, then one merge patch with every other taint as it was,
+    the reason annotation, and the resourceVersion it was computed from; the node's own token on each request."""
     node.config(scheduler="kubernetes")
+    node.kubeconfig(api.url, api.pki.ca)
     other = {"key": "dedicated", "value": "vision", "effect": "NoSchedule"}
-    (node.root / "bin" / "kubectl.json").write_text(json.dumps({"taints": [other]}))
+    api.set_node([other])
     node.gpus("gpu-missing")
-    code, _ = node.run()
+    code, verdict = node.run()
     assert code == 1
-    taints = json.loads((node.root / "bin" / "kubectl.json").read_text())["taints"]
-    assert taints == [
-        other,
-        {"key": "gpuinfra.io/gpu-unhealthy", "value": "1-of-2-GPUs-visible", "effect": "NoSchedule"},
+    ours = {"key": "gpuinfra.io/gpu-unhealthy", "value": "1-of-2-GPUs-visible", "effect": "NoSchedule"}
+    assert verdict["action"] == "tainted gpuinfra.io/gpu-unhealthy:NoSchedule: gpuinfra-health: 1 of 2 GPUs visible"
+    headers = {"authorization": f"Bearer {TOKEN}", "accept": "application/json"}
+    assert api.requests == [
+        {**headers, "method": "GET", "path": "/api/v1/nodes/gpu02", "content_type": None, "body": None},
+        {
+            **headers,
+            "method": "PATCH",
+            "path": "/api/v1/nodes/gpu02",
+            "content_type": "application/merge-patch+json",
+            "body": {
+                "metadata": {
+                    "resourceVersion": "1000",
+                    "annotations": {"gpuinfra.io/gpu-unhealthy-reason": "gpuinfra-health: 1 of 2 GPUs visible"},
+                },
+                "spec": {"taints": [other, ours]},
+            },
+        },
     ]
-    assert ["annotate", "node", "gpu02", "gpuinfra.io/gpu-unhealthy-reason=gpuinfra-health: 1 of 2 GPUs visible",
-            "--overwrite"] in node.calls("kubectl")  # fmt: skip
+    assert api.node["spec"]["taints"] == [other, ours]
+    assert api.node["metadata"]["annotations"] == {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "gpuinfra.io/gpu-unhealthy-reason": "gpuinfra-health: 1 of 2 GPUs visible",
+    }
+
+    # Still broken: the taint stays, and nothing is written.
+    api.requests.clear()
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (1, "left tainted")
+    assert [r["method"] for r in api.requests] == ["GET"]
+
+    # Healthy again: only its own taint and annotation go (null deletes an annotation in a merge patch).
+    api.requests.clear()
     node.gpus("healthy")
     code, verdict = node.run()
     assert (code, verdict["action"]) == (0, "removed the taint gpuinfra.io/gpu-unhealthy")
-    assert json.loads((node.root / "bin" / "kubectl.json").read_text())["taints"] == [other]
+    assert [r["body"] for r in api.requests] == [
+        None,
+        {
+            "metadata": {"resourceVersion": "1001", "annotations": {"gpuinfra.io/gpu-unhealthy-reason": None}},
+            "spec": {"taints": [other]},
+        },
+    ]
+    assert api.node["spec"]["taints"] == [other]
+    assert api.node["metadata"]["annotations"] == {"node.alpha.kubernetes.io/ttl": "0"}
+
+    api.requests.clear()
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (0, "nothing to do")
+    assert [r["method"] for r in api.requests] == ["GET"]
+
+
+def test_kubernetes_a_node_changed_in_between_is_read_again_and_nothing_is_lost(node: Node, api: ApiServer) -> None:
+    """Another client adds a taint between the program's read and its patch: the API server refuses the stale patch
+    (409), and the program reads the node again, keeping that taint."""
+    node.config(scheduler="kubernetes")
+    node.kubeconfig(api.url, api.pki.ca)
+    cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    api.interleaved.append({"spec": {"taints": [cordon]}})
+    node.gpus("gpu-missing")
+    code, _ = node.run()
+    assert code == 1
+    assert [(r["method"], (r["body"] or {}).get("metadata", {}).get("resourceVersion")) for r in api.requests] == [
+        ("GET", None),
+        ("PATCH", "1000"),
+        ("GET", None),
+        ("PATCH", "1001"),
+    ]
+    assert api.node["spec"]["taints"] == [
+        cordon,
+        {"key": "gpuinfra.io/gpu-unhealthy", "value": "1-of-2-GPUs-visible", "effect": "NoSchedule"},
+    ]
+
+
+def test_kubernetes_another_node_is_forbidden_and_the_token_never_printed(node: Node, api: ApiServer) -> None:
+    """The API server's refusal is the program's error (exit 2), word for word; the token appears nowhere."""
+    node.config(scheduler="kubernetes", node_name="gpu03")
+    node.kubeconfig(api.url, api.pki.ca)
+    done = node.start()
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        'gpuinfra-health: GET /api/v1/nodes/gpu03: HTTP 403: nodes "gpu03" is forbidden: User '
+        '"system:serviceaccount:gpuinfra-system:gpuinfra-health-gpu02" cannot get resource "nodes" in API group "" '
+        "at the cluster scope"
+    )
+    assert TOKEN not in done.stdout + done.stderr
+    node.kubeconfig(api.url, api.pki.ca, token="not-the-token")
+    done = node.start()
+    assert done.returncode == 2 and "HTTP 401: Unauthorized" in done.stderr
+
+
+def test_kubernetes_a_server_the_ca_did_not_sign_never_sees_the_token(
+    node: Node, api: ApiServer, pki: tuple[Pki, Pki]
+) -> None:
+    node.config(scheduler="kubernetes")
+    node.kubeconfig(api.url, pki[1].ca)
+    done = node.start()
+    assert done.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in done.stderr, done.stderr
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "message"),
+    [
+        ("apiVersion: v1\nkind: Config\n", "is not JSON; gpuinfra writes it as JSON (YAML is not read)"),
+        (
+            json.dumps(
+                {
+                    "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:8080"}}],
+                    "users": [{"name": "u", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                }
+            ),
+            "the server must be https://, the token is never sent in the clear",
+        ),
+        (
+            json.dumps(
+                {
+                    "clusters": [{"name": "c", "cluster": {"server": "https://k", "insecure-skip-tls-verify": True}}],
+                    "users": [{"name": "u", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                }
+            ),
+            "insecure-skip-tls-verify is refused",
+        ),
+        (json.dumps({"clusters": [], "contexts": []}), "no context None"),
+    ],
+)
+def test_kubernetes_an_unsafe_or_unreadable_kubeconfig_exits_2(node: Node, kubeconfig: str, message: str) -> None:
+    node.config(scheduler="kubernetes")
+    (node.root / "health-kubeconfig").write_text(kubeconfig)
+    done = node.start()
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_the_kernel_log_is_read_from_where_the_last_check_stopped(node: Node) -> None:
