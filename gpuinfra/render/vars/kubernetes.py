@@ -23,6 +23,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
         "gpu-operator/device-plugin-configmap.yaml", "gpu_operator", "device-plugin-configmap.yaml.j2", "k8s_control"
     ),
     Artifact("k8s-tenants/tenants.yaml", "k8s_tenants", "tenants.yaml.j2", "k8s_control"),
+    # The health program's identity on each GPU node (k8s_node_health); the role's defaults take the nodes from the
+    # k8s_gpu_worker group.
+    Artifact("k8s-node-health/identities.yaml", "k8s_node_health", "identities.yaml.j2", WORKER_ROLE),
 )
 
 
