@@ -31,10 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra-health"
@@ -641,3 +644,37 @@ def test_the_journal_is_read_after_the_cursor_of_the_last_check(node: Node) -> N
     first, second = (journalctl.with_suffix(".log")).read_text().splitlines()
     assert "-b" in first.split() and "--after-cursor" not in first
     assert "--after-cursor=s=0f1e;i=2a" in second.split()
+
+
+@pytest.mark.parametrize("ca_from", ["admin kubeconfig", "token Secret"])
+def test_the_kubeconfig_k8s_node_health_writes_takes_the_node_out_of_scheduling(
+    node: Node, api: ApiServer, ca_from: str
+) -> None:
+    """The role's kubeconfig template, rendered as Ansible renders it from what its tasks read (the admin
+    kubeconfig's server and CA, else the CA in the token Secret, and the token), is one the program works with."""
+    role = ROOT / "roles" / "k8s_node_health"
+    variables: dict[str, Any] = {
+        name: trust_as_template(value) if isinstance(value, str) else value
+        for name, value in YAML(typ="safe").load((role / "vars" / "main.yml").read_text()).items()
+    }
+    ca = base64.b64encode(api.pki.ca.read_bytes()).decode()
+    variables.update(
+        k8s_node_health_node_name="gpu02",
+        __k8s_node_health_api={"server": api.url, "ca": ca if ca_from == "admin kubeconfig" else ""},
+        __k8s_node_health_secret={
+            "resources": [
+                {"data": {"token": base64.b64encode(TOKEN.encode()).decode(), "ca.crt": ca, "namespace": "Z3B1"}}
+            ]
+        },
+    )
+    source = (role / "templates" / "kubeconfig.json.j2").read_text()
+    text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
+    (node.root / "health-kubeconfig").write_text(str(text))
+    kubeconfig = json.loads(str(text))
+    assert kubeconfig["users"] == [{"name": "gpuinfra-health-gpu02", "user": {"token": TOKEN}}]
+
+    node.config(scheduler="kubernetes")
+    node.gpus("gpu-missing")
+    code, verdict = node.run()
+    assert code == 1 and verdict["action"].startswith("tainted gpuinfra.io/gpu-unhealthy:NoSchedule")
+    assert {r["authorization"] for r in api.requests} == {f"Bearer {TOKEN}"}

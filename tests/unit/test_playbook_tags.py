@@ -41,7 +41,7 @@ CONCERNS: dict[str, frozenset[str]] = {
     "monitoring": frozenset(
         {"monitoring_tls", "prometheus", "alertmanager", "grafana", "node_exporter", "dcgm_exporter"}
     ),
-    "health": frozenset({"gpu_health"}),
+    "health": frozenset({"gpu_health", "k8s_node_health"}),
 }
 ALWAYS = "always"
 TASK = re.compile(r"^ {6}(?:(?P<role>[\w.]+) : )?(?P<name>.*)\tTAGS: \[(?P<tags>[^\]]*)\]$")
