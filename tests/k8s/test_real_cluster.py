@@ -136,3 +136,65 @@ def test_a_pod_above_the_gpu_quota_is_refused() -> None:
         }
         result = kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod))
         assert result.returncode != 0 and "exceeded quota" in result.stderr, f"{name}: {result.stderr}"
+
+
+# --- the health program's identities (roles/k8s_node_health) ---------------------------------------------------
+
+HEALTH_NAMESPACE = os.environ.get("GPUINFRA_K8S_HEALTH_NAMESPACE", "gpuinfra-system")
+PROBE_TAINT = "gpuinfra.io/gpu-unhealthy=probe:NoSchedule"
+
+
+def _health_account(node: str) -> str:
+    return f"--as=system:serviceaccount:{HEALTH_NAMESPACE}:gpuinfra-health-{node}"
+
+
+def _gpu_workers() -> list[str]:
+    return sorted(h.name for h in cluster().resolved.with_role(k8s_vars.WORKER_ROLE))
+
+
+def test_each_gpu_node_has_a_filled_in_health_token() -> None:
+    """The token controller filled each node's token Secret in (the token itself is never read here)."""
+    for node in _gpu_workers():
+        result = kubectl(
+            "get", "secret", f"gpuinfra-health-{node}", "-n", HEALTH_NAMESPACE,
+            "-o", "go-template={{.type}} {{if .data.token}}filled{{end}}",
+        )  # fmt: skip
+        assert result.returncode == 0, f"{node}: {result.stderr}"
+        assert result.stdout == "kubernetes.io/service-account-token filled", node
+
+
+def test_a_gpu_nodes_health_identity_may_taint_its_own_node_and_no_other() -> None:
+    """Server-side dry runs as each node's service account: authorization and admission run, nothing is stored.
+    The same taint on any other node (a control-plane node or another GPU node) is Forbidden."""
+    every_node = [n["metadata"]["name"] for n in get("nodes")["items"]]
+    for node in _gpu_workers():
+        as_node = _health_account(node)
+        own = kubectl(as_node, "taint", "node", node, PROBE_TAINT, "--overwrite", "--dry-run=server")
+        assert own.returncode == 0, f"{node}: {own.stderr}"
+        note = kubectl(as_node, "annotate", "node", node, "gpuinfra.io/gpu-unhealthy-reason=probe", "--overwrite",
+                       "--dry-run=server")  # fmt: skip
+        assert note.returncode == 0, f"{node}: {note.stderr}"
+        others = [n for n in every_node if n != node]
+        if not others:
+            pytest.skip("the cluster has a single node: there is no other node to be refused")
+        for other in others:
+            refused = kubectl(as_node, "taint", "node", other, PROBE_TAINT, "--overwrite", "--dry-run=server")
+            assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), f"{node} on {other}"
+
+
+def test_a_gpu_nodes_health_identity_can_do_nothing_else() -> None:
+    """`kubectl auth can-i` asks the API server (a SelfSubjectAccessReview, which stores nothing)."""
+    for node in _gpu_workers():
+        as_node = _health_account(node)
+        allowed = {
+            ("get", f"node/{node}"): "yes",
+            ("patch", f"node/{node}"): "yes",
+            ("list", "nodes"): "no",
+            ("delete", f"node/{node}"): "no",
+            ("patch", f"nodes/{node}", "--subresource=status"): "no",
+            ("get", "secrets", f"-n={HEALTH_NAMESPACE}"): "no",
+            ("create", "pods", "-n=default"): "no",
+        }
+        for question, answer in allowed.items():
+            result = kubectl("auth", "can-i", *question, as_node)
+            assert result.stdout.strip() == answer, f"{node}: can-i {' '.join(question)}: {result.stdout}"
