@@ -21,6 +21,9 @@ class HealthCheck(Model):
     health policy, and resumes it when they pass again, never touching a drain it did not make."""
     interval: Duration = "5m"
     """How often: Slurm's HealthCheckInterval, or the Kubernetes nodes' timer."""
+    on_job_start: bool = False
+    """Slurm: also check each node in the job's prolog, so that a job never starts on a node that broke since the
+    last check; the job goes back to the queue. Adds the check's run time (about a second) to every job start."""
 
     @field_validator("interval")
     @classmethod

@@ -142,3 +142,32 @@ def test_an_admin_drain_survives_many_intervals_healthy_or_not(interval: int) ->
     assert on_host("gpu01", SWITCH, "healthy").returncode == 0
     time.sleep(interval * 2 + 2)
     assert node("gpu01") == ("drained", ADMIN_REASON)
+
+
+def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: int) -> None:
+    """health.check.on_job_start: the prolog checks the node first. With gpu01 drained by the admin, the job can
+    only go to gpu02, broken a moment ago: the prolog fails there, the node is drained, and Slurm puts the job back
+    in the queue, pending (not held), without its script having run."""
+    drain = ["scontrol", "update", "NodeName=gpu01", "State=DRAIN", f"Reason={shlex.quote(ADMIN_REASON)}"]
+    assert on_host("ctl01", *drain).returncode == 0
+    assert on_host("gpu02", SWITCH, "gpu-missing").returncode == 0
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--gres=gpu:1",
+              "--chdir=/tmp", "--output=/tmp/job-%j.out", "--wrap", shlex.quote("hostname")]  # fmt: skip
+    submitted = on_host("ctl01", *sbatch)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), interval + 20)
+        assert node("gpu02")[1] == "gpuinfra-health: 1 of 2 GPUs visible"
+        squeue = on_host("ctl01", "squeue", "--noheader", f"--jobs={job}", shlex.quote("--format=%T|%r"))
+        state, _, reason = squeue.stdout.strip().partition("|")
+        assert state == "PENDING" and "held" not in reason.lower(), squeue.stdout
+        history = on_host("ctl01", "sacct", "--noheader", "--allocations", "--parsable2", "--duplicates",
+                          f"--jobs={job}", "--format=State,NodeList")  # fmt: skip
+        runs = [tuple(line.split("|")) for line in history.stdout.splitlines()]
+        # Either the prolog refused the job on gpu02 (requeued from there), or the periodic check drained gpu02
+        # first and the job never went there; in no case did its script run on gpu02.
+        assert all(state == "REQUEUED" for state, nodes in runs if nodes == "gpu02"), runs
+        assert on_host("gpu02", "test", "-e", f"/tmp/job-{job}.out").returncode != 0
+    finally:
+        on_host("ctl01", "scancel", job)

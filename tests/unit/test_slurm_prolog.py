@@ -19,9 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "roles" / "slurm_common" / "templates"
 
 
-def script(tmp_path: Path, name: str, mapping_dir: str) -> Path:
+def script(tmp_path: Path, name: str, mapping_dir: str, health_check: str = "") -> Path:
+    """The rendered script; `health_check` names the program the prolog runs first (on_job_start), "" none."""
     source = (TEMPLATES / f"{name}.sh.j2").read_text()
-    variables = {"slurm_common_job_mapping_dir": mapping_dir, "ansible_managed": "test"}
+    variables = {
+        "slurm_common_job_mapping_dir": mapping_dir,
+        "slurm_common_health_check_program": health_check,
+        "slurm_common_health_check_on_job_start": bool(health_check),
+        "ansible_managed": "test",
+    }
     text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
     path = tmp_path / f"{name}.sh"
     path.write_text(str(text))
@@ -95,3 +101,17 @@ def test_failures_never_fail_the_prolog(tmp_path: Path) -> None:
     prolog = script(tmp_path, "prolog", str(tmp_path / "ok"))
     assert run(prolog, SLURM_JOB_ID="1", SLURM_JOB_GPUS="0,x").returncode == 0
     assert os.listdir(tmp_path / "ok") == ["0"]
+
+
+@pytest.mark.parametrize(("verdict", "prolog_rc", "mapped"), [(0, 0, True), (1, 1, False), (2, 0, True)])
+def test_the_health_check_before_the_job(
+    tmp_path: Path, mapping: Path, verdict: int, prolog_rc: int, mapped: bool
+) -> None:
+    """health.check.on_job_start: an unhealthy node (exit 1) fails the prolog, so Slurm requeues the job and drains
+    the node; a check that cannot run (exit 2) lets the job start."""
+    check = tmp_path / "gpuinfra-health"
+    check.write_text(f"#!/bin/sh\nexit {verdict}\n")
+    check.chmod(0o755)
+    prolog = script(tmp_path, "prolog", str(mapping), health_check=str(check))
+    assert run(prolog, SLURM_JOB_ID="3", SLURM_JOB_GPUS="1").returncode == prolog_rc
+    assert (mapping / "1").exists() is mapped

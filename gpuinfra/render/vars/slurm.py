@@ -238,6 +238,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_job_mapping_dir": mapping,
         "slurm_common_health_check_program": HEALTH_CHECK_PROGRAM if model.health.check.enabled else "",
         "slurm_common_health_check_interval": duration_seconds(model.health.check.interval),
+        "slurm_common_health_check_on_job_start": model.health.check.on_job_start,
         "slurm_accounting_cluster_name": cluster,
         "slurm_accounting_qos": qos_list(slurm),
         "slurm_accounting_accounts": accounts(slurm),
