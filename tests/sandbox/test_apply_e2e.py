@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +26,9 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, gpuinfra, on_host
 from ruamel.yaml import YAML
 
-ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 # A file the driver role writes on every GPU node (the unattended-upgrades blacklist): cheap to take away and
 # for apply to put back.
 MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
@@ -40,22 +38,7 @@ MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
 VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-def _missing() -> str | None:
-    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (gpuinfra sandbox needs it)"
-    if not (ROOT / "playbooks" / "site.yml").is_file():
-        return "playbooks/site.yml does not exist yet"
-    return None
-
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
-
-
-def gpuinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+pytestmark = MARKS
 
 
 def apply_json(cluster: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -64,13 +47,6 @@ def apply_json(cluster: Path, *args: str) -> tuple[int, dict[str, Any]]:
     doc: dict[str, Any] = json.loads(done.stdout)
     assert doc["exit_code"] == done.returncode
     return done.returncode, doc
-
-
-def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
-    """Run a command on a sandbox host over SSH, as the runs connect."""
-    from gpuinfra.sandbox import ssh
-
-    return ssh(SANDBOX_CLUSTER, host, list(command))
 
 
 @pytest.fixture(scope="module")

@@ -11,42 +11,20 @@ Runs after test_apply_e2e.py (files run in name order), which converges the sand
 from __future__ import annotations
 
 import shlex
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from harness import MARKS, SANDBOX_CLUSTER, converged, on_host
 
 from gpuinfra.validate.grammar import duration_seconds
 from gpuinfra.validate.load import load_cluster
 
-ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 SWITCH = "/usr/local/lib/gpuinfra-sandbox/gpuinfra-sandbox-gpu"
 ADMIN_REASON = "disk replacement, ticket 4711"
 
 
-def _missing() -> str | None:
-    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (gpuinfra sandbox needs it)"
-    return None
-
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
-
-
-def gpuinfra(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True)
-
-
-def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
-    from gpuinfra.sandbox import ssh
-
-    return ssh(SANDBOX_CLUSTER, host, list(command))
+pytestmark = MARKS
 
 
 def node(name: str) -> tuple[str, str]:
@@ -73,11 +51,7 @@ def wait_for(what: str, ready: Callable[[], bool], limit: float) -> float:
 @pytest.fixture(scope="module")
 def interval() -> Iterator[int]:
     """The sandbox up and converged, with healthy GPUs and no drain on its GPU nodes before and after."""
-    up = gpuinfra("sandbox", "up")
-    assert up.returncode == 0, up.stderr
-    if on_host("ctl01", "systemctl", "is-active", "slurmctld").returncode != 0:
-        applied = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes")
-        assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    converged()
     seconds = duration_seconds(load_cluster(SANDBOX_CLUSTER).model.health.check.interval)
     _restore()
     yield seconds

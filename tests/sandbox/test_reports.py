@@ -13,17 +13,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
 
-ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 NOT_COLLECTED = "not collected (monitoring.components has no dcgm_exporter)"
 # (user, account, srun options, seconds of sleep): jobs that hold 1, 2 (across both nodes) and 2 GPUs.
 JOBS = (
@@ -33,38 +29,13 @@ JOBS = (
 )
 
 
-def _missing() -> str | None:
-    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (gpuinfra sandbox needs it)"
-    return None
-
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
-
-
-def gpuinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
-    """Run a command on a sandbox host over SSH, as the runs connect."""
-    from gpuinfra.sandbox import ssh
-
-    return ssh(SANDBOX_CLUSTER, host, list(command))
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
 def sandbox() -> Path:
     """The sandbox, up and converged: Slurm's controller and accounting daemon answer on ctl01."""
-    up = gpuinfra("sandbox", "up")
-    assert up.returncode == 0, up.stderr
-    if on_host("ctl01", "systemctl", "is-active", "slurmctld", "slurmdbd").returncode != 0:
-        applied = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes")
-        assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    return SANDBOX_CLUSTER
+    return converged()
 
 
 def _run_job(user: str, account: str, options: list[str], seconds: int) -> str:

@@ -7,16 +7,14 @@ The steps build on each other, so they run in file order in one module.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import MARKS, gpuinfra
 
-ROOT = Path(__file__).resolve().parents[2]
 NAME = "sbxtest"
 CLUSTER = f"""\
 name: {NAME}
@@ -31,20 +29,7 @@ node_groups:
 """
 
 
-def _missing() -> str | None:
-    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed"
-    return None
-
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
-
-
-def gpuinfra(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
+pytestmark = MARKS
 
 
 def sandbox_json(action: str, cluster: Path) -> dict[str, Any]:

@@ -9,36 +9,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, gpuinfra
 
 from gpuinfra.progress import HIDDEN_DIFF
 
-ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"
 SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "sandbox"
 BCRYPT = re.compile(r"\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{22,}")
 
 
-def _missing() -> str | None:
-    for tool in ("podman", "runc", "ssh", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (gpuinfra sandbox needs it)"
-    return None
-
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
-
-
-def gpuinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuinfra", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+pytestmark = MARKS
 
 
 def private_key_files(root: Path) -> list[Path]:
