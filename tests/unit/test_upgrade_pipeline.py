@@ -144,7 +144,9 @@ def test_a_node_resumed_by_hand_after_a_crash_is_drained_again_before_its_upgrad
 
 def test_failures_past_the_threshold_stop_the_run_and_stay_drained(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "upgrade.jsonl")
-    names = nodes(6)
+    # Enough nodes that some are still waiting when the second failure stops the run, however the threads are
+    # scheduled (with 6, a loaded machine could start them all before gpu03's health phase failed).
+    names = nodes(16)
     cluster = Cluster(journal, names, max_unavailable=3)
     cluster.fail[("gpu02", "upgrade")] = "Kernel gate blocked on gpu02: next boot 6.12.95+deb12-rt-amd64"
     cluster.fail[("gpu03", "health")] = "GPU node unhealthy (1 problem): node: nvidia-smi failed"
