@@ -72,6 +72,10 @@ class Failure:
     task: str
     message: str
     unreachable: bool = False
+    action: str = ""
+    """The module that failed (`gpuinfra.cluster.gpu_health`), as the task names it."""
+    problems: tuple[str, ...] = ()
+    """The `problems` list a gpuinfra module returns with its failure (the health verdict), redacted."""
 
     def as_dict(self) -> dict[str, object]:
         return {"host": self.host, "task": self.task, "message": self.message, "unreachable": self.unreachable}
@@ -205,7 +209,16 @@ class RunProgress:
         else:
             stats.failed += 1
             result = "failed"
-            self.failures.append(Failure(host, task, self.redact(failure_message(res, failed_items))))
+            problems = res.get("problems") if not hidden(res) else None
+            self.failures.append(
+                Failure(
+                    host,
+                    task,
+                    self.redact(failure_message(res, failed_items)),
+                    action=str(data.get("task_action") or ""),
+                    problems=tuple(self.redact(str(p)) for p in problems) if isinstance(problems, list) else (),
+                )
+            )
         progress.state = _state(stats)
         return Update("result", host=host, task=task, result=result)
 

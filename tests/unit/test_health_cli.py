@@ -16,7 +16,7 @@ import pytest
 
 from gpuinfra.cli.health import _print_table
 from gpuinfra.run import RunOptions, run_playbook
-from gpuinfra.upgrade.sweep import HEALTH_PLAYBOOK, NodeHealth, problems_of, verdicts
+from gpuinfra.upgrade.sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -68,20 +68,6 @@ def test_sweep_gives_one_verdict_per_node(tmp_path: Path, run_root: Path) -> Non
     assert found["gpu03"].status == "unreachable"
     assert found["gpu02"].drain_reason.startswith("gpuinfra health: GPU ")
     assert found["gpu02"].drain_reason.endswith(f"(+{len(found['gpu02'].problems) - 1} more)")
-
-
-def test_problems_split_on_their_prefixes_only() -> None:
-    message = (
-        "GPU node unhealthy (3 problems): GPU 3 (00000000:5D:00.0): temperature 92 C is above the 85 C limit; "
-        "GPU 3 (00000000:5D:00.0): row remapping is pending: reset the GPU (or reboot) to apply it; "
-        "node: nvidia-smi failed; check the driver"
-    )
-    assert problems_of(message) == [
-        "GPU 3 (00000000:5D:00.0): temperature 92 C is above the 85 C limit",
-        "GPU 3 (00000000:5D:00.0): row remapping is pending: reset the GPU (or reboot) to apply it",
-        "node: nvidia-smi failed; check the driver",
-    ]
-    assert problems_of("non-zero return code") is None
 
 
 def test_table_lists_every_problem_under_its_node() -> None:
