@@ -17,9 +17,9 @@ from .pipeline import PhaseResult
 DRIVER_PLAYBOOK = "upgrade_driver.yml"
 KERNEL_PLAYBOOK = "kernel_update.yml"
 
-# The playbooks' rescue fails with this task when the drain gave up (timeout, or drained by someone else): the node
-# was left as it was, so it is skipped rather than failed.
-GIVE_UP_TASK = "Give up on the node, left as it was"
+# What the playbooks' rescue publishes (set_stats) when the drain gave up (timeout, or drained by someone else):
+# the node was left as it was, so it is skipped rather than failed.
+OUTCOME = "gpuinfra_upgrade_outcome"
 
 
 @dataclass
@@ -58,8 +58,8 @@ def phase_result(result: RunResult, node: str) -> PhaseResult:
     if result.outcome is Outcome.TIMEOUT:
         return PhaseResult("failed", f"the run took longer than {result.duration_s:.0f}s and was stopped")
     failures = [f for f in result.failures if f.host == node] or result.failures
-    if any(f.task.endswith(GIVE_UP_TASK) for f in failures):
-        return PhaseResult("skipped", one_line(failures[-1].message))
+    if result.artifacts.get(OUTCOME) == "skipped":
+        return PhaseResult("skipped", one_line(failures[-1].message if failures else "left as it was"))
     if failures:
         last = failures[-1]
         kind = "unreachable" if last.unreachable else "failed"

@@ -251,17 +251,36 @@ def test_durations() -> None:
         duration_seconds("4 hours")
 
 
-def test_the_playbooks_name_the_give_up_task_the_controller_looks_for() -> None:
+def test_the_playbooks_run_the_rescue_on_every_phase() -> None:
     from ruamel.yaml import YAML
 
-    from gpuinfra.upgrade.ansible import GIVE_UP_TASK
-
     root = Path(__file__).resolve().parents[2] / "playbooks"
-    tasks = YAML(typ="safe").load((root / "tasks" / "upgrade-failed.yml").read_text())
-    assert GIVE_UP_TASK in [task["name"] for task in tasks]
     for playbook in ("upgrade_driver.yml", "kernel_update.yml"):
         [play] = YAML(typ="safe").load((root / playbook).read_text())
         [pipeline] = play["tasks"]
         tags = {tag for task in pipeline["block"] for tag in task.get("tags", [])}
         assert {p.name for p in PHASES} <= tags, playbook
         assert pipeline["rescue"][0]["tags"] == ["always"]
+
+
+def test_a_node_given_up_on_is_reported_skipped_from_the_runs_own_data(tmp_path: Path) -> None:
+    """The rescue (playbooks/tasks/upgrade-failed.yml) run for real on a local host: when the drain gave up, the run
+    publishes the outcome with set_stats, and the controller reads it from there, not from a task name."""
+    import sys
+
+    from gpuinfra.run import RunOptions, run_playbook
+    from gpuinfra.upgrade.ansible import phase_result
+
+    rescue = Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "upgrade-failed.yml"
+    playbook = tmp_path / "give-up.yml"
+    reason = "drain: the jobs on gpu01 outlast the drain timeout; undrained"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - block:\n        - ansible.builtin.fail: {msg: drain gave up}\n"
+        f"      rescue:\n        - ansible.builtin.import_tasks: {rescue}\n"
+        f"          vars: {{node_drain_skipped: true, __upgrade_failure: '{reason}'}}\n"
+    )
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    result = run_playbook({"all": {"hosts": {"gpu01": local}}}, RunOptions(playbook=playbook), hosts=["gpu01"])
+    assert result.artifacts == {"gpuinfra_upgrade_outcome": "skipped"}
+    assert phase_result(result, "gpu01") == PhaseResult("skipped", reason)
