@@ -72,4 +72,4 @@ def test_the_installed_wheel_validates_plans_and_checks_the_converged_sandbox(in
     assert check.stdout, check.stderr
     doc = json.loads(check.stdout)
     assert doc["failures"] == [] and doc["targets"] == ["ctl01", "gpu01", "gpu02"], doc["failures"]
-    assert (check.returncode, doc["changes"]) == (0, [])
+    assert (check.returncode, doc["changes"]) == (0, []), doc.get("errors")

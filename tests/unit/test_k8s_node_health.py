@@ -205,7 +205,7 @@ users:
 
 
 def _task(name: str) -> dict[str, Any]:
-    tasks = _yaml(ROLE / "tasks" / "main.yml")
+    tasks = [*_yaml(ROLE / "tasks" / "main.yml"), *_yaml(ROLE / "tasks" / "api.yml")]
     for task in tasks:
         for inner in [task, *task.get("block", [])]:
             if inner.get("name") == name:
