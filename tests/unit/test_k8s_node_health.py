@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from test_kubernetes_support import GOLDEN, check_golden, loaded, rendered, yaml_load_all
 
+from gpuinfra.render.plan import _trusted  # the same marking the plan uses for role files
 from gpuinfra.render.vars import kubernetes as k8s_vars
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,17 +41,6 @@ KUBERNETES_VERSION = "1.29.0"
 
 def _yaml(path: Path) -> Any:
     return YAML(typ="safe").load(path.read_text())
-
-
-def _trusted(value: Any) -> Any:
-    """A role file's strings are templates to Ansible."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
 
 
 def _template(text: str, variables: dict[str, Any]) -> Any:
