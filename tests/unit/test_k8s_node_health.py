@@ -21,6 +21,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from hypothesis import given, settings
@@ -49,11 +50,14 @@ def _template(text: str, variables: dict[str, Any]) -> Any:
     return Templar(loader=DataLoader(), variables={**_trusted(role), **variables}).template(trust_as_template(text))
 
 
-def render_identities(nodes: list[str], namespace: str = "gpuinfra-system") -> list[dict[str, Any]]:
+def identities_text(nodes: list[str], namespace: str = "gpuinfra-system") -> str:
     source = (ROLE / "templates" / "identities.yaml.j2").read_text()
     variables = {"k8s_node_health_nodes": nodes, "k8s_node_health_namespace": namespace, "ansible_managed": "x"}
-    text = _template(source, variables)
-    return yaml_load_all(str(text))
+    return str(_template(source, variables))
+
+
+def render_identities(nodes: list[str], namespace: str = "gpuinfra-system") -> list[dict[str, Any]]:
+    return yaml_load_all(identities_text(nodes, namespace))
 
 
 # --- the manifests the plan shows ---------------------------------------------------------------------------------
@@ -135,15 +139,27 @@ def test_each_node_may_only_get_and_patch_itself(nodes: list[str]) -> None:
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
+# Any text a YAML stream can carry: JSON escapes the C0 controls (newline, tab, ...); YAML has no way to write
+# lone surrogates, C1 controls or the noncharacters U+FFFE and U+FFFF.
+YAML_TEXT = st.text(
+    st.characters(exclude_categories=("Cs", "Cn"), exclude_characters=[chr(c) for c in range(0x7F, 0xA0)]),
+    min_size=1,
+    max_size=30,
+)
+
+
 @settings(max_examples=60, deadline=None)
-@given(nodes=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=4))
+@given(nodes=st.lists(YAML_TEXT, min_size=1, max_size=4) | st.lists(DNS_LABEL, min_size=1, max_size=4))
 def test_a_node_name_is_data_never_yaml_nor_a_template(nodes: list[str]) -> None:
     """The role refuses names that are not DNS subdomains before it applies anything; the template still renders
-    whatever it is given as data: `a: b`, `{{ x }}`, `- y` or a newline stay the node's name."""
-    documents = render_identities(nodes)
+    whatever it is given as data: `a: b`, `{{ x }}`, `- y`, a newline, `0e0` or `y` stay the node's name, as a
+    string, to a YAML 1.2 reader (this test) and a YAML 1.1 reader (Ansible's from_yaml_all) alike."""
+    text = identities_text(nodes)
+    documents = yaml_load_all(text)
     roles = [d for d in documents if d["kind"] == "ClusterRole"]
     assert sorted(r["rules"][0]["resourceNames"][0] for r in roles) == sorted(set(nodes))
     assert sorted(r["metadata"]["annotations"]["gpuinfra.io/node"] for r in roles) == sorted(set(nodes))
+    assert [d for d in yaml.safe_load_all(text) if d] == documents
 
 
 def test_the_role_refuses_names_kubernetes_refuses() -> None:

@@ -129,6 +129,22 @@ def test_plan_writes_the_mig_files(tmp_path: Path) -> None:
     assert written == (GOLDEN / "mig" / "slurm-mig" / "config.yaml").read_text()
 
 
+@pytest.mark.parametrize("name", ["y", "1e3", "0o17", "null"])
+def test_a_layout_name_stays_a_string_to_every_yaml_reader(tmp_path: Path, name: str) -> None:
+    """Valid layout names that plain YAML reads as a boolean, a number or null (y and 1e3 to Go's YAML reader, which
+    mig-parted uses; 0o17 to YAML 1.2) reach mig-parted as the same string."""
+    import yaml  # PyYAML, the YAML 1.1 reader Ansible uses
+
+    text = (DATA / "slurm-mig.yml").read_text().replace("mixed-80", f'"{name}"')  # quoted, as gpuinfra asks
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(text)
+    result = _plan(cluster, tmp_path / "plan")
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "plan" / "mig" / "config.yaml").read_text()
+    for config in (yaml_load(written), yaml.safe_load(written), json.loads(written.split("\n", 3)[3])):
+        assert name in config["mig-configs"], config["mig-configs"].keys()
+
+
 def test_slurm_offers_the_slices_and_the_whole_gpus() -> None:
     """slurm-mig: a100 nodes carve GPUs 0-2 (7x 1g.10gb on 0 and 1; 4g+2g+1g on 2) and keep GPU 3 whole; the h100
     node carves both GPUs into 2x 3g.40gb."""
