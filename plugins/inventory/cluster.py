@@ -217,4 +217,6 @@ class InventoryModule(BaseInventoryPlugin):
             self.inventory.add_group(group)
             for host in body["hosts"]:
                 self.inventory.add_host(host, group=group)
+            for name, value in body.get("vars", {}).items():
+                self.inventory.set_variable(group, name, ansible_value(value))
             self.inventory.add_child("all", group)

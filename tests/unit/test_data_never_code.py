@@ -46,9 +46,9 @@ def test_unsafe_marks_every_string_value_and_no_key() -> None:
 def test_only_connection_settings_stay_plain_strings() -> None:
     """Tools that connect from the inventory (testinfra's Ansible backend) take ansible_host only as a string; every
     other value is unsafe. The grammar of the connection fields admits no template delimiter."""
-    hostvars = inventory_yaml(load_cluster(SANDBOX).resolved)["all"]["hosts"]["gpu01"]
-    assert hostvars["ansible_host"] == "10.213.42.11"
-    assert hostvars["gpuinfra_node_group"] == {"__ansible_unsafe": "gpu"}
+    inventory = inventory_yaml(load_cluster(SANDBOX).resolved)["all"]
+    assert inventory["hosts"]["gpu01"]["ansible_host"] == "10.213.42.11"
+    assert inventory["children"]["group_gpu"]["vars"]["gpuinfra_node_group"] == {"__ansible_unsafe": "gpu"}
     assert as_data({"ansible_user": "root", "x": ["y"]}) == {"ansible_user": "root", "x": [{"__ansible_unsafe": "y"}]}
 
 
