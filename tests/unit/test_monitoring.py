@@ -222,6 +222,29 @@ def test_scrape_targets_come_from_the_inventory() -> None:
     assert "password:" not in rendered("mon-full")["monitoring/prometheus/prometheus.yml"].content
 
 
+@pytest.mark.parametrize("name", ["mon-full", "k8s-mig", "slurm-small"])
+def test_given_gpu_counts_are_what_the_role_finds_in_hostvars(name: str) -> None:
+    """gpuinfra hands the prometheus role the DCGM exporters' GPU counts; the role alone reads them from hostvars."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    from gpuinfra.render.inventory import group_vars, groups, host_vars
+
+    rc = _load(name).resolved
+    shared = group_vars(rc)
+    defaults = yaml_load((ROOT / "roles" / "prometheus" / "defaults" / "main.yml").read_text())
+    variables = {
+        "groups": {"all": list(rc.hosts), **groups(rc)},
+        "hostvars": {host: {**shared, **host_vars(h)} for host, h in rc.hosts.items()},
+        "prometheus_dcgm_exporter_hosts": trust_as_template(defaults["prometheus_dcgm_exporter_hosts"]),
+    }
+    found = Templar(loader=DataLoader(), variables=variables).template(
+        trust_as_template(defaults["prometheus_dcgm_exporter_gpu_counts"])
+    )
+    assert shared["prometheus_dcgm_exporter_gpu_counts"] == found
+    assert found == {"mon-full": [4, 8], "k8s-mig": [], "slurm-small": [4, 8]}[name]
+
+
 def test_kubernetes_gpu_nodes_are_left_to_the_operator() -> None:
     config = yaml_load(rendered("k8s-mig")["monitoring/prometheus/prometheus.yml"].content)
     assert "dcgm_exporter" not in {job["job_name"] for job in config["scrape_configs"]}

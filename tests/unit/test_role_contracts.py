@@ -76,6 +76,7 @@ EXCEPTIONS: dict[str, str] = {
     "slurm_common_gres": _HOSTS,
     "k8s_tenants_nodes": _HOSTS,
     "node_exporter_slurm_state_hosts": _HOSTS,
+    "prometheus_dcgm_exporter_gpu_counts": _HOSTS,
     "prometheus_alert_slurm": "follows whether the file has `slurm:`; a role on its own assumes no orchestrator",
     "prometheus_alert_idle_allocated_labels": (
         "follows the file's orchestrator (hpc_job with Slurm, pod with Kubernetes); a role on its own assumes none"

@@ -102,6 +102,11 @@ def _dcgm_vars(rc: ResolvedCluster) -> dict[str, Any]:
     }
 
 
+def _dcgm_gpu_counts(rc: ResolvedCluster) -> list[int]:
+    """The GPU counts of the nodes whose DCGM exporter Prometheus scrapes (the role's default targets)."""
+    return sorted({h.gpu_count for h in rc.hosts.values() if h.gpu_count and "k8s_gpu_worker" not in h.roles})
+
+
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     mon = rc.model.monitoring
     alerts = mon.alerts
@@ -122,6 +127,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         **({} if "node_exporter" in components else {"prometheus_node_exporter_hosts": []}),
         **({} if "dcgm_exporter" in components else {"prometheus_dcgm_exporter_hosts": []}),
         **({} if "alertmanager" in components else {"prometheus_alertmanager_hosts": []}),
+        # The role would find these in every GPU node's hostvars: seconds at 10,000 nodes.
+        "prometheus_dcgm_exporter_gpu_counts": _dcgm_gpu_counts(rc) if "dcgm_exporter" in components else [],
         "prometheus_alert_gpu_temp_c": alerts.gpu_temp_c,
         "prometheus_alert_gpu_temp_for": alerts.gpu_temp_for,
         "prometheus_alert_fb_used_pct": alerts.fb_used_pct,
