@@ -209,6 +209,70 @@ def test_check_after_apply_reports_nothing_pending(sandbox: Path) -> None:
     assert (code, doc["status"], doc["changes"]) == (0, "ok", [])
 
 
+# Newer than the sandbox's pinned driver, in Debian's security archive: what an unattended upgrade would install.
+OFF_PIN_DRIVER = "535.309.01-0+deb12u1"
+
+
+def _shell(host: str, script: str) -> subprocess.CompletedProcess[str]:
+    return on_host(host, "sh", "-c", shlex.quote(script))  # ssh joins the words into one line for the remote shell
+
+
+def _version(host: str, package: str) -> str:
+    done = on_host(host, "dpkg-query", "--show", package)  # "name[:arch]<TAB>version"
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[1]
+
+
+def _sha256(host: str, path: str) -> str:
+    done = on_host(host, "sha256sum", path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[0]
+
+
+def test_a_plain_apply_finds_and_fixes_every_kind_of_drift(sandbox: Path) -> None:
+    """Drift of each kind a skipped task could hide, made by hand on a converged sandbox, then one plain apply:
+    a managed file edited, a service stopped and disabled, a package moved off its pinned version, a hold removed,
+    and a changed Munge key. Each is put back, and a job runs on the node whose key was changed."""
+    slurm_conf = _sha256("gpu01", "/etc/slurm/slurm.conf")
+    cluster_key = _sha256("ctl01", "/etc/munge/munge.key")
+    drift = [
+        ("gpu01", "echo DebugFlags=Gres >> /etc/slurm/slurm.conf"),
+        ("gpu02", "systemctl disable --now prometheus-node-exporter"),
+        # nvidia-smi alone, past the pin (its libraries stay), as a half-finished upgrade leaves it.
+        ("gpu01", f"cd /tmp && apt-get download -q nvidia-smi={OFF_PIN_DRIVER} "
+                  "&& dpkg -i --force-depends nvidia-smi_*.deb && rm -f nvidia-smi_*.deb"),
+        ("gpu02", "apt-mark unhold libnvidia-ml1"),
+        ("gpu02", "head -c 1024 /dev/urandom > /etc/munge/munge.key && systemctl restart munge"),
+    ]  # fmt: skip
+    for host, script in drift:
+        done = _shell(host, script)
+        assert done.returncode == 0, (script, done.stdout[-2000:], done.stderr[-2000:])
+    assert _sha256("gpu01", "/etc/slurm/slurm.conf") != slurm_conf
+    assert _sha256("gpu02", "/etc/munge/munge.key") != cluster_key
+    assert _version("gpu01", "nvidia-smi") == OFF_PIN_DRIVER
+
+    code, doc = apply_json(sandbox, "--yes", "--detailed-exitcode")
+    assert doc["failures"] == [], doc["failures"]
+    assert code == 2 and {change["host"] for change in doc["changes"]} == {"gpu01", "gpu02"}, doc["changes"]
+
+    assert _sha256("gpu01", "/etc/slurm/slurm.conf") == slurm_conf
+    assert on_host("gpu02", "systemctl", "is-enabled", "prometheus-node-exporter").stdout.strip() == "enabled"
+    assert on_host("gpu02", "systemctl", "is-active", "prometheus-node-exporter").stdout.strip() == "active"
+    assert [_version("gpu01", package) for package in ("nvidia-smi", "libnvidia-ml1")] == ["535.261.03-1"] * 2
+    assert on_host("gpu01", "dpkg", "--audit").stdout == ""  # no package left with broken dependencies
+    for host in ("gpu01", "gpu02"):
+        held = on_host(host, "apt-mark", "showhold").stdout.split()
+        assert {"nvidia-smi", "libnvidia-ml1", "nvidia-kernel-dkms"} <= set(held), (host, held)
+    assert _sha256("gpu02", "/etc/munge/munge.key") == cluster_key
+    # munged runs with the restored key: a job on gpu02 authenticates to the controller and back.
+    job = on_host("ctl01", "runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp",
+                  "--immediate=120", "--nodelist=gpu02", "--gres=gpu:1", "hostname")  # fmt: skip
+    assert (job.returncode, job.stdout.strip()) == (0, "gpu02"), job.stderr
+
+    code, doc = apply_json(sandbox, "--check", "--detailed-exitcode")
+    assert (code, doc["changes"]) == (0, []), doc["changes"]
+
+
 def test_timeout_exits_4(sandbox: Path) -> None:
     code, doc = apply_json(sandbox, "--yes", "--timeout", "1")
     assert (code, doc["status"]) == (4, "timeout")
