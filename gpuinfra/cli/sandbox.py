@@ -37,6 +37,14 @@ def register(subparsers: Any) -> None:
             metavar="FILE",
             help=f"cluster file (default: {DEFAULT_CLUSTER})",
         )
+        if action == "up":
+            sub.add_argument(
+                "--gpu-nodes",
+                type=int,
+                metavar="N",
+                help="bring up N emulated GPU nodes instead of the file's: the resized cluster file is written "
+                "into the sandbox's state folder, and `up` prints it for apply",
+            )
         if action != "down":
             sub.add_argument(
                 "--image",
@@ -57,6 +65,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
+            if args.gpu_nodes is not None:
+                args.file = str(sandbox.resized(args.file, args.gpu_nodes, args.image))
             result = sandbox.up(args.file, args.image)
         elif args.action == "down":
             result = sandbox.down(args.file)

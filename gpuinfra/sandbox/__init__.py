@@ -3,6 +3,7 @@
 - `spec`: what the cluster file asks for (network, containers, fake GPUs), decided without running anything;
 - `image`: the Debian 12 systemd base image, built with debootstrap when missing;
 - `lifecycle`: `up`, `down` and `status`;
+- `resize`: the same cluster with another number of GPU nodes (`up --gpu-nodes N`);
 - `access`: the key pair, per-container host keys and the known_hosts file the runs use;
 - `tools`: the programs needed and the Debian packages that provide them.
 """
@@ -11,6 +12,7 @@ from .access import SshError
 from .image import DEFAULT_IMAGE, ImageBuildError, ImageResult, ensure_image
 from .lifecycle import HostState, SandboxError, SandboxResult, down, ssh, status, up
 from .podman import PodmanError
+from .resize import resized
 from .spec import SandboxConfigError, SandboxSpec, sandbox_spec
 from .tools import MissingTools
 
@@ -28,6 +30,7 @@ __all__ = [
     "SshError",
     "down",
     "ensure_image",
+    "resized",
     "sandbox_spec",
     "ssh",
     "status",

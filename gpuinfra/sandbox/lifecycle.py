@@ -30,6 +30,7 @@ from .podman import (
     networks_labelled,
     podman,
 )
+from .resize import SUFFIX as RESIZED_SUFFIX
 from .spec import (
     LABEL,
     SPEC_LABEL,
@@ -179,7 +180,8 @@ def down(path: str | Path) -> SandboxResult:
     for network in networks_labelled(LABEL, spec.cluster):
         podman("network", "rm", network)
         changes.append(f"removed network {network}")
-    for made in (spec.ssh_key, spec.ssh_key.with_name(spec.ssh_key.name + ".pub"), spec.known_hosts):
+    resized = sorted(spec.state_dir.glob(f"*{RESIZED_SUFFIX}")) if spec.state_dir.is_dir() else []
+    for made in (spec.ssh_key, spec.ssh_key.with_name(spec.ssh_key.name + ".pub"), spec.known_hosts, *resized):
         if made.is_file():
             made.unlink()
             changes.append(f"removed {made}")

@@ -11,6 +11,8 @@ from gpuinfra.cli import exitcodes, main
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import known_hosts_text
 from gpuinfra.sandbox.image import INCLUDE, debootstrap_args
+from gpuinfra.sandbox.resize import SUFFIX as RESIZE_SUFFIX
+from gpuinfra.sandbox.resize import resized
 from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest, user_id
 from gpuinfra.sandbox.tools import MissingTools, missing_message, missing_tools, require
 from gpuinfra.validate.load import load_cluster
@@ -206,3 +208,43 @@ def test_the_image_has_what_the_working_rules_list() -> None:
     assert args[:2] == ["debootstrap", "--variant=minbase"]
     assert args[-3:] == ["bookworm", "/tmp/rootfs", "http://deb.debian.org/debian"]
     assert set(INCLUDE) >= {"systemd", "systemd-sysv", "python3", "python3-apt", "openssh-server", "sudo", "kmod"}
+
+
+def test_gpu_nodes_resizes_the_emulated_group_and_keeps_the_rest(tmp_path: Path) -> None:
+    source = write(tmp_path, "# the operator's comment\n" + SMALL)
+    out = resized(source, 12, "img")
+    assert out == tmp_path / "state" / f"cluster-12{RESIZE_SUFFIX}"
+    assert out.read_text().startswith("# the operator's comment\n")
+    spec = sandbox_spec(load_cluster(out), "img")
+    gpus = {c.host: (c.address, c.gpus) for c in spec.containers if c.gpus}
+    assert gpus == {f"gpu{i:02d}": (f"10.77.1.{5 + i}", 3) for i in range(1, 13)}  # numbered and addressed on
+    assert [(c.host, c.address) for c in spec.containers if not c.gpus] == [("head1", "10.77.1.5")]
+    assert spec.ssh_key == tmp_path / "state" / "id_ed25519"  # relative paths still name the source's folder
+
+
+@pytest.mark.parametrize(
+    ("gpu_nodes", "expected"),
+    [(0, "--gpu-nodes must be 1 to 200, not 0"), (250, "--gpu-nodes must be 1 to 200, not 250")],
+)
+def test_gpu_nodes_out_of_range_is_refused(tmp_path: Path, gpu_nodes: int, expected: str) -> None:
+    with pytest.raises(SandboxConfigError, match=expected):
+        resized(write(tmp_path, SMALL), gpu_nodes, "img")
+
+
+def test_gpu_nodes_that_overflow_the_subnet_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, SMALL.replace("10.77.1.6", "10.77.1.200").replace("10.77.1.7", "10.77.1.201"))
+    with pytest.raises(SandboxConfigError, match=r"60 GPU nodes from 10\.77\.1\.200 do not fit in 10\.77\.1\.0/24"):
+        resized(path, 60, "img")
+    assert not (tmp_path / "state").exists()  # nothing written
+
+
+def test_the_committed_sandbox_resizes_to_sixteen_gpu_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # its state folder is under ~
+    spec = sandbox_spec(load_cluster(resized(SANDBOX, 16, "img")), "img")
+    assert [c.host for c in spec.containers] == ["ctl01", *(f"gpu{i:02d}" for i in range(1, 17))]
+    assert spec.containers[-1].address == "10.213.42.26"
+
+
+def test_gpu_nodes_out_of_range_exits_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["sandbox", "up", str(write(tmp_path, SMALL)), "--gpu-nodes", "0"]) == exitcodes.INVALID_INPUT
+    assert capsys.readouterr().err == "gpuinfra sandbox up: --gpu-nodes must be 1 to 200, not 0\n"
