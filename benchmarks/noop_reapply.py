@@ -36,23 +36,23 @@ FLOOR_PLAYBOOK = """---
 """
 
 
-def reapply(cluster: Path) -> tuple[float, RunResult]:
+def reapply(cluster: Path, forks: int | None = None) -> tuple[float, RunResult]:
     """What `gpuinfra apply --yes FILE` does, timed from loading the file to the end of the run."""
     began = time.monotonic()
     loaded = load_cluster(cluster)
     render(loaded.resolved)  # apply renders the plan before it runs
     inventory = cluster_inventory(loaded)
-    result = run_playbook(inventory, RunOptions(), hosts=target_hosts(inventory))
+    result = run_playbook(inventory, RunOptions(forks=forks), hosts=target_hosts(inventory))
     return time.monotonic() - began, result
 
 
-def floor(cluster: Path) -> float:
+def floor(cluster: Path, forks: int | None = None) -> float:
     inventory = cluster_inventory(load_cluster(cluster))
     with tempfile.TemporaryDirectory() as tmp:
         playbook = Path(tmp) / "ping.yml"
         playbook.write_text(FLOOR_PLAYBOOK)
         began = time.monotonic()
-        result = run_playbook(inventory, RunOptions(playbook=playbook), hosts=target_hosts(inventory))
+        result = run_playbook(inventory, RunOptions(playbook=playbook, forks=forks), hosts=target_hosts(inventory))
         elapsed = time.monotonic() - began
     if result.outcome.value != "ok":
         raise SystemExit(f"the floor run did not succeed: {result.outcome.value} {result.errors}")
