@@ -455,8 +455,10 @@ def test_emulated_gpus_get_the_driver_built_but_not_loaded(emulated: bool) -> No
     }
     rc = resolve(Cluster.model_validate(data))
     names = ["nvidia_driver_service_manage", "gpu_health_gpu_access", "nvidia_driver_version"]
+    names.append("gpu_kernel_gate_boots_own_kernel")
     seen = _play_vars(rc, "gpu01", names, role_defaults=("gpu_health",))
     assert seen["nvidia_driver_service_manage"] is (not emulated)
+    assert seen["gpu_kernel_gate_boots_own_kernel"] is (not emulated), "a container runs its machine's kernel"
     assert seen["gpu_health_gpu_access"] is (not emulated)
     assert seen["nvidia_driver_version"] == "535.261.03", "the driver is still installed and built"
 

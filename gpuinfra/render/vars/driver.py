@@ -68,8 +68,13 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
 
 def host_vars(host: Host) -> dict[str, Any]:
     """Per-host settings of GPU nodes: the fabric manager where the GPUs sit on an NVSwitch fabric; and on emulated
-    GPUs (device nodes without hardware, as in the sandbox) the driver is installed and its module built, but
-    nothing is loaded or started and the host is never rebooted for it."""
+    GPUs (device nodes without hardware, in a container as in the sandbox) the driver is installed and its module
+    built, but nothing is loaded or started and the host is never rebooted for it. Such a host runs its machine's
+    kernel, so a reboot (`upgrade.reboot: always`) restarts its services only, and is recognised as such."""
     if not host.gpu_count:
         return {}
-    return {"nvidia_driver_fabric_manager": host.nvswitch, "nvidia_driver_service_manage": not host.gpu_emulated}
+    return {
+        "nvidia_driver_fabric_manager": host.nvswitch,
+        "nvidia_driver_service_manage": not host.gpu_emulated,
+        "gpu_kernel_gate_boots_own_kernel": not host.gpu_emulated,
+    }
