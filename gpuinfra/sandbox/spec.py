@@ -190,6 +190,8 @@ def _settings_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
         "--hostname", container.host,
         "--network", spec.network, "--ip", container.address, "--network-alias", container.host,
         "--runtime", RUNTIME, "--systemd", "always",
+        # A reboot inside (`upgrade.reboot: always`) stops systemd; podman then starts the container again.
+        "--restart", "always",
     ]  # fmt: skip
     for limit in ULIMITS:
         args += ["--ulimit", limit]

@@ -81,6 +81,7 @@ def test_podman_run_arguments(tmp_path: Path) -> None:
     assert values("--network-alias") == ["gpu1"]
     assert values("--runtime") == ["runc"]
     assert values("--systemd") == ["always"]
+    assert values("--restart") == ["always"]  # a reboot inside brings it back, as a machine comes back
     assert values("--ulimit") == ["nofile=1024:1024", "nproc=4096:4096"]
     assert values("--device") == gpu1.devices
     assert values("--label") == ["gpuinfra.sandbox=tiny", f"gpuinfra.sandbox.spec={spec_digest(spec, gpu1)}"]
