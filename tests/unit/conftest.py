@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,12 @@ def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (path / "ansible_collections" / "gpuinfra").mkdir(parents=True)
     (path / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
     return path
+
+
+@pytest.fixture
+def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run directories are created here, so tests can look at them and see them go."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root

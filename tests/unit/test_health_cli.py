@@ -9,24 +9,13 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import tempfile
 from pathlib import Path
-
-import pytest
 
 from gpuinfra.cli.health import _print_table
 from gpuinfra.run import RunOptions, run_playbook
 from gpuinfra.upgrade.sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
-
-
-@pytest.fixture
-def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 def smi(tmp_path: Path, fixture: str) -> str:

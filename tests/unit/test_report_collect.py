@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from gpuinfra.validate.load import load_cluster
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = Path(__file__).parent / "data" / "playbooks"
 SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"
-
-
-@pytest.fixture
-def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 def test_set_stats_data_comes_back_as_artifacts_without_templating(run_root: Path) -> None:

@@ -7,7 +7,6 @@ import os
 import signal
 import stat
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,15 +32,6 @@ def local_inventory(*names: str, unreachable: str | None = None) -> dict[str, An
 
 def options(playbook: str, **kwargs: Any) -> RunOptions:
     return RunOptions(playbook=PLAYBOOKS / playbook, **kwargs)
-
-
-@pytest.fixture
-def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run directories are created here, so tests can look at them and see them go."""
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 def test_ok_run_counts_every_result(run_root: Path) -> None:

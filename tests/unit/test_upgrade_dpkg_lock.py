@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,6 @@ fcntl.lockf(handle, fcntl.LOCK_EX)
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 """
-
-
-@pytest.fixture
-def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 @pytest.fixture
