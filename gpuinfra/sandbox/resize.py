@@ -47,9 +47,9 @@ def resized(path: str | Path, gpu_nodes: int, image: str) -> Path:
     base = ipaddress.IPv4Address(first.address)
     addresses = {name: str(base + i) for i, name in enumerate(names)}
     subnet = ipaddress.IPv4Network(spec.subnet)
+    last = base + gpu_nodes - 1  # the addresses run on from the first, which is in the subnet
     taken = {c.address for c in spec.containers if loaded.resolved.hosts[c.host].group != group}
-    clash = [a for a in addresses.values() if ipaddress.IPv4Address(a) not in subnet or a in taken]
-    if clash or str(subnet.broadcast_address) in addresses.values():
+    if last not in subnet or last == subnet.broadcast_address or not taken.isdisjoint(addresses.values()):
         raise SandboxConfigError(f"{source}: {gpu_nodes} GPU nodes from {base} do not fit in {subnet} beside its hosts")
 
     yaml = YAML()
@@ -57,10 +57,9 @@ def resized(path: str | Path, gpu_nodes: int, image: str) -> Path:
     entry = data["node_groups"][group]
     entry["hosts"] = f"{prefix}[{names[0][len(prefix) :]}-{names[-1][len(prefix) :]}]"
     entry["addresses"] = addresses
-    connection = data["connection"]
-    for key in ("ssh_key", "known_hosts_file"):  # relative paths are the source file's folder's
-        if not Path(connection[key]).expanduser().is_absolute():
-            connection[key] = str((source.resolve().parent / connection[key]).resolve())
+    # As the source file resolves them (relative to its folder), since the new file lives elsewhere.
+    data["connection"]["ssh_key"] = str(spec.ssh_key)
+    data["connection"]["known_hosts_file"] = str(spec.known_hosts)
     out = spec.state_dir / f"{source.stem}-{gpu_nodes}{SUFFIX}"
     out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with out.open("w") as fh:
