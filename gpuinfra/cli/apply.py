@@ -54,6 +54,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--skip-tags", metavar="TAGS", help="skip tasks with these tags (comma-separated)")
     parser.add_argument("--forks", type=_positive_int, metavar="N", help="hosts worked on in parallel")
     parser.add_argument(
+        "--full",
+        action="store_true",
+        help="run every role on every host, even where its receipt shows that nothing changed since the last apply",
+    )
+    parser.add_argument(
         "--timeout",
         type=_positive_int,
         metavar="SECONDS",
@@ -117,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         diff=args.diff,
         timeout=args.timeout,
         forks=args.forks,
+        extra_vars={"gpuinfra_full": True} if args.full else {},
     )
     try:
         with report.display() as on_update:

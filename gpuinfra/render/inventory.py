@@ -18,6 +18,7 @@ from typing import Any
 
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
+from .receipts import receipt_inputs
 from .vars import concern_modules
 
 GPU_NODES = "gpu_nodes"
@@ -127,6 +128,8 @@ def split_host_vars(rc: ResolvedCluster) -> tuple[dict[str, tuple[list[str], dic
     inventory several times faster (it copies and tags every value of the file). Node groups whose names meet in
     one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable."""
     own = {name: host_vars(host) for name, host in rc.hosts.items()}
+    for name, digests in receipt_inputs(group_vars(rc), own, groups(rc)).items():
+        own[name].update(digests)
     members: dict[str, list[str]] = {}
     for name, resolved in rc.hosts.items():
         members.setdefault(resolved.group, []).append(name)

@@ -1,0 +1,110 @@
+"""The digest of each role's inputs on each host, which the role's receipt records (plugins/modules/receipt.py).
+
+A re-apply skips a role on a host when the digest is the one its receipt holds and the state the receipt watches
+has not drifted. So the digest must change whenever anything the role could read changes:
+- the collection's code: the role's own files, the roles it pulls in, the playbooks and the plugins;
+- the value of every inventory variable whose name appears anywhere in those role files (an identifier scan: it
+  may count a variable the role never reads, which only costs a skipped skip, never a missed change);
+- the groups the host is in;
+- for a role that reads `groups` or `hostvars`, the members of every group, or the named variables of every host.
+
+Facts are not inputs: what a role reads from the host itself is the state its receipt watches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..collection import ROOT
+
+VARIABLE_PREFIX = "gpuinfra_receipt_"
+"""Inventory variable `gpuinfra_receipt_<role>`: the role's inputs digest on that host."""
+RECEIPT_MODULE = "gpuinfra.cluster.receipt"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
+_DIGEST_LENGTH = 24  # 96 bits: no collision between two states of one role on one host
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:_DIGEST_LENGTH]
+
+
+@cache
+def _code_digest() -> str:
+    """Playbooks and plugins: a change to either may change what any role does."""
+    digest = hashlib.sha256()
+    for folder in ("playbooks", "plugins"):
+        for path in _files(ROOT / folder):
+            digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@cache
+def _role_sources(role: str) -> tuple[str, str]:
+    """(digest of the role's files and those of the roles it names, their text)."""
+    seen: list[str] = []
+    pending = [role]
+    while pending:
+        name = pending.pop()
+        if name in seen or not (ROOT / "roles" / name).is_dir():
+            continue
+        seen.append(name)
+        for path in _files(ROOT / "roles" / name):
+            pending.extend(_ROLE_REFERENCE.findall(path.read_text(errors="replace")))
+    digest = hashlib.sha256()
+    texts = []
+    for name in sorted(seen):
+        for path in _files(ROOT / "roles" / name):
+            data = path.read_bytes()
+            digest.update(f"{path.relative_to(ROOT)}\0".encode() + data + b"\0")
+            texts.append(data.decode(errors="replace"))
+    return digest.hexdigest(), "\n".join(texts)
+
+
+@cache
+def receipt_roles() -> tuple[str, ...]:
+    """Roles that record a receipt: those whose tasks call the receipt module."""
+    return tuple(
+        role.name
+        for role in sorted((ROOT / "roles").iterdir())
+        if any(RECEIPT_MODULE in path.read_text() for path in _files(role / "tasks"))
+    )
+
+
+def receipt_inputs(
+    shared: Mapping[str, Any], own: Mapping[str, Mapping[str, Any]], members: Mapping[str, Iterable[str]]
+) -> dict[str, dict[str, str]]:
+    """host -> {`gpuinfra_receipt_<role>`: digest}, from the inventory's `all` vars, each host's own vars (which
+    win, as in Ansible) and the inventory's groups."""
+    groups = {name: sorted(hosts) for name, hosts in members.items()}
+    host_groups: dict[str, list[str]] = {host: [] for host in own}
+    for name, hosts in groups.items():
+        for host in hosts:
+            host_groups.setdefault(host, []).append(name)
+    known = set(shared).union(*own.values())
+    out: dict[str, dict[str, str]] = {host: {} for host in own}
+    for role in receipt_roles():
+        files, text = _role_sources(role)
+        identifiers = set(_IDENTIFIER.findall(text))
+        names = sorted(identifiers & known)
+        everyone = {host: {n: v[n] for n in names if n in v} for host, v in own.items()}
+        base = _digest(
+            _code_digest(),
+            files,
+            {name: shared[name] for name in names if name in shared},
+            groups if "groups" in identifiers else None,
+            everyone if "hostvars" in identifiers else None,
+        )
+        for host in own:
+            out[host][VARIABLE_PREFIX + role] = _digest(base, host_groups[host], everyone[host])
+    return out

@@ -1,0 +1,290 @@
+#!/usr/bin/python
+# Copyright: gpuinfra maintainers
+# Apache License 2.0 (see LICENSE)
+"""Receipts: what each role last converged a host to, so that a re-apply skips a role only when neither its inputs
+nor the state it manages have changed since."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: receipt
+short_description: Record what a role converged a host to, or find which roles' receipts still hold
+version_added: "0.1.0"
+description:
+  - With O(state=record), the last step of a role, writes the role's receipt to
+    C(/var/lib/gpuinfra/receipts/ROLE.json), readable by root only. It holds the digest of the role's inputs and the
+    live state of everything the role manages, read back from the host.
+  - With O(state=probe), at the start of a run, reads every receipt in one round trip and reads the same state
+    again. A role is fresh when its receipt exists, its inputs digest is the one given, and none of its watched
+    state differs. Anything else (no receipt, new inputs, an edited file, a stopped or disabled service, a package
+    at another version, a removed hold, a changed command output) makes it stale, with the reason.
+  - Watched state is read only with fixed programs (C(systemctl show), C(dpkg-query)) and the role's own read-only
+    commands, never through a shell.
+  - The action plugin of the same name fills O(inputs) and O(secrets) on the controller.
+options:
+  state:
+    description: Write one role's receipt, or check every receipt on the host.
+    type: str
+    choices: [record, probe]
+    required: true
+  role:
+    description: The role whose receipt O(state=record) writes.
+    type: str
+  inputs:
+    description:
+      - With O(state=record), the digest of the role's inputs.
+      - With O(state=probe), a mapping of each role to the digest of its inputs in this run.
+    type: raw
+  secrets:
+    description:
+      - Digests of secret files on the controller, by path, filled in by the action plugin.
+      - With O(state=record), those the role installs (a generated key or password); with O(state=probe), every
+        file of the cluster's secrets folder. A role whose recorded secret is now missing or different is stale.
+    type: dict
+    default: {}
+  paths:
+    description:
+      - Files and folders the role manages; a folder stands for everything under it.
+      - A wildcard pattern stands for the paths it matches, so a file added or removed there is a change too.
+    type: list
+    elements: str
+    default: []
+  services:
+    description: systemd units whose active and enabled states the role sets.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description: Debian packages whose version and hold the role sets.
+    type: list
+    elements: str
+    default: []
+  globs:
+    description: Path patterns whose matches the role depends on (such as the installed kernels).
+    type: list
+    elements: str
+    default: []
+  commands:
+    description: Read-only commands (argument lists) whose output shows state the role manages elsewhere.
+    type: list
+    elements: list
+    default: []
+  secrets_dir:
+    description: With O(state=probe), the controller's secrets folder, whose files the action plugin digests.
+    type: path
+  directory:
+    description: Where receipts are kept.
+    type: path
+    default: /var/lib/gpuinfra/receipts
+author: gpuinfra maintainers
+"""
+
+EXAMPLES = r"""
+- name: Record what this role converged
+  gpuinfra.cluster.receipt:
+    state: record
+    role: munge
+    paths: [/etc/munge/munge.key]
+    services: [munge.service]
+    packages: [munge]
+"""
+
+RETURN = r"""
+fresh:
+  description: With O(state=probe), the roles whose receipt still holds.
+  type: list
+  elements: str
+  returned: state=probe
+stale:
+  description: With O(state=probe), each role with a receipt or inputs that does not hold, and why.
+  type: dict
+  returned: state=probe
+"""
+
+FORMAT = 1
+COMMAND_TIMEOUT = 60
+
+
+def file_digest(path: str) -> str:
+    """Content, type, mode and owner of a path; a folder's digest covers everything under it."""
+    digest = hashlib.sha256()
+
+    def add(entry: str, rel: str) -> None:
+        try:
+            info = os.lstat(entry)
+        except FileNotFoundError:
+            digest.update(f"{rel}\0absent\n".encode())
+            return
+        digest.update(f"{rel}\0{info.st_mode:o}\0{info.st_uid}\0{info.st_gid}\0".encode())
+        if stat.S_ISLNK(info.st_mode):
+            digest.update(os.readlink(entry).encode())
+        elif stat.S_ISREG(info.st_mode):
+            with open(entry, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        elif stat.S_ISDIR(info.st_mode):
+            for name in sorted(os.listdir(entry)):
+                add(os.path.join(entry, name), f"{rel}/{name}")
+        digest.update(b"\n")
+
+    add(path, path)
+    return digest.hexdigest()
+
+
+def service_states(module: AnsibleModule, units: list[str]) -> dict[str, str]:
+    """`ActiveState/UnitFileState` of each unit, from one `systemctl show`."""
+    if not units:
+        return {}
+    rc, out, err = module.run_command(["systemctl", "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show failed: {err.strip()}")
+    states = []
+    for block in out.strip().split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states.append(f"{fields.get('ActiveState', '')}/{fields.get('UnitFileState', '')}")
+    return dict(zip(units, states, strict=False))
+
+
+def package_states(module: AnsibleModule, names: list[str]) -> dict[str, str]:
+    """`version want` of each package (want is `hold` for a held one), `absent` for one not installed."""
+    if not names:
+        return {}
+    if shutil.which("dpkg-query") is None:
+        return dict.fromkeys(names, "unknown")
+    # dpkg-query exits 1 when a name is not installed; the others are still listed.
+    show = "--showformat=${Package}\t${db:Status-Abbrev}\t${Version}\t${db:Status-Want}\n"
+    _, out, _ = module.run_command(["dpkg-query", "--show", show, "--", *names])
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        package, status, version, want = [*line.split("\t"), "", "", ""][:4]
+        if status.startswith("ii"):
+            found[package.split(":")[0]] = f"{version} {want}"
+    return {name: found.get(name, "absent") for name in names}
+
+
+def command_digest(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"failed: {type(exc).__name__}"
+    return hashlib.sha256(done.returncode.to_bytes(2, "big", signed=True) + done.stdout).hexdigest()
+
+
+def expand(patterns: list[str]) -> list[str]:
+    """Each path, or every path a wildcard pattern matches now."""
+    found = {path for pattern in patterns for path in (glob.glob(pattern) if set("*?[") & set(pattern) else [pattern])}
+    return sorted(found)
+
+
+def watched_state(module: AnsibleModule, watch: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "paths": {path: file_digest(path) for path in expand(watch.get("paths", []))},
+        "services": service_states(module, watch.get("services", [])),
+        "packages": package_states(module, watch.get("packages", [])),
+        "globs": {pattern: sorted(glob.glob(pattern)) for pattern in watch.get("globs", [])},
+        "commands": {" ".join(argv): command_digest(argv) for argv in watch.get("commands", [])},
+    }
+
+
+def differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
+    """What differs between a receipt's state and the live one, one line per item."""
+    out = []
+    for kind in sorted(live):
+        before, now = recorded.get(kind, {}), live[kind]
+        for item in sorted(set(before) | set(now)):
+            if before.get(item) != now.get(item):
+                out.append(f"{kind} {item}: {before.get(item)!r} -> {now.get(item)!r}")
+    return out
+
+
+def read_receipt(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            receipt = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return receipt if isinstance(receipt, dict) and receipt.get("format") == FORMAT else None
+
+
+def probe(module: AnsibleModule) -> dict[str, Any]:
+    inputs = module.params["inputs"] or {}
+    if not isinstance(inputs, dict):
+        module.fail_json(msg="inputs must map each role to its digest when state=probe")
+    fresh, stale = [], {}
+    for role, digest in sorted(inputs.items()):
+        receipt = read_receipt(os.path.join(module.params["directory"], f"{role}.json"))
+        if receipt is None:
+            stale[role] = "no receipt"
+        elif receipt.get("inputs") != digest:
+            stale[role] = "its inputs changed"
+        elif any(module.params["secrets"].get(path) != sha for path, sha in receipt.get("secrets", {}).items()):
+            stale[role] = "a secret on the controller changed"
+        else:
+            drift = differences(receipt.get("state", {}), watched_state(module, receipt.get("watch", {})))
+            if drift:
+                stale[role] = "; ".join(drift)
+            else:
+                fresh.append(role)
+    return {"changed": False, "fresh": fresh, "stale": stale}
+
+
+def record(module: AnsibleModule) -> dict[str, Any]:
+    role, inputs = module.params["role"], module.params["inputs"]
+    if not role or not isinstance(inputs, str):
+        module.fail_json(msg="state=record needs role and the inputs digest of that role")
+    watch = {key: module.params[key] for key in ("paths", "services", "packages", "globs", "commands")}
+    receipt = {
+        "format": FORMAT,
+        "role": role,
+        "inputs": inputs,
+        "secrets": module.params["secrets"],
+        "watch": watch,
+        "state": watched_state(module, watch),
+    }
+    if not module.check_mode:
+        directory = module.params["directory"]
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        target = os.path.join(directory, f"{role}.json")
+        temporary = f"{target}.tmp"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(receipt, handle, sort_keys=True)
+        os.replace(temporary, target)
+    # Bookkeeping of gpuinfra's own, not a change to the cluster.
+    return {"changed": False}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["record", "probe"], "required": True},
+            "role": {"type": "str"},
+            "inputs": {"type": "raw"},
+            "secrets": {"type": "dict", "default": {}, "no_log": False},
+            "paths": {"type": "list", "elements": "str", "default": []},
+            "services": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "globs": {"type": "list", "elements": "str", "default": []},
+            "commands": {"type": "list", "elements": "list", "default": []},
+            "secrets_dir": {"type": "path"},
+            "directory": {"type": "path", "default": "/var/lib/gpuinfra/receipts"},
+        },
+        supports_check_mode=True,
+    )
+    module.exit_json(**(probe(module) if module.params["state"] == "probe" else record(module)))
+
+
+if __name__ == "__main__":
+    main()

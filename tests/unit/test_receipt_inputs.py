@@ -1,0 +1,76 @@
+"""Each role's inputs digest on each host changes exactly when something the role could read changes: a variable it
+names, the groups (for roles that read them), another host's variables (for roles that read hostvars)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from gpuinfra.model import Cluster
+from gpuinfra.render.inventory import inventory_yaml
+from gpuinfra.render.receipts import VARIABLE_PREFIX, receipt_roles
+from gpuinfra.resolve import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = YAML(typ="safe").load((ROOT / "inventories" / "sandbox" / "cluster.yml").read_text())
+
+
+def digests(data: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """host -> role -> digest, wherever the inventory puts them (a node group's vars, or the host's)."""
+    inventory = inventory_yaml(resolve(Cluster.model_validate(data)))["all"]
+    out: dict[str, dict[str, str]] = {}
+    for group in inventory["children"].values():
+        shared = {k: v for k, v in group.get("vars", {}).items() if k.startswith(VARIABLE_PREFIX)}
+        for host in group["hosts"]:
+            out.setdefault(host, {}).update(shared)
+    for host, variables in inventory["hosts"].items():
+        out.setdefault(host, {}).update({k: v for k, v in variables.items() if k.startswith(VARIABLE_PREFIX)})
+    return {host: {k[len(VARIABLE_PREFIX) :]: v["__ansible_unsafe"] for k, v in d.items()} for host, d in out.items()}
+
+
+def changed(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> set[tuple[str, str]]:
+    return {(host, role) for host in before for role in before[host] if after[host][role] != before[host][role]}
+
+
+def test_every_role_with_a_receipt_has_a_digest_on_every_host() -> None:
+    assert {"nvidia_driver", "munge", "slurm_common", "prometheus", "node_exporter"} <= set(receipt_roles())
+    found = digests(SANDBOX)
+    assert set(found) == {"ctl01", "gpu01", "gpu02"}
+    for roles in found.values():
+        assert set(roles) == set(receipt_roles())
+        assert all(len(digest) == 24 for digest in roles.values())
+
+
+def test_the_same_cluster_gives_the_same_digests() -> None:
+    assert digests(SANDBOX) == digests(copy.deepcopy(SANDBOX))
+
+
+def test_a_new_driver_version_changes_only_the_roles_that_read_it() -> None:
+    data = copy.deepcopy(SANDBOX)
+    data["driver"]["version"] = "535.216.03"
+    roles = {role for _, role in changed(digests(SANDBOX), digests(data))}
+    assert "nvidia_driver" in roles
+    assert not roles & {"munge", "slurm_dbd", "slurm_accounting", "alertmanager", "grafana"}
+
+
+def test_a_new_gpu_node_leaves_the_driver_of_the_others_alone_but_reaches_slurm_conf_and_prometheus() -> None:
+    data = copy.deepcopy(SANDBOX)
+    gpu = data["node_groups"]["gpu"]
+    gpu["hosts"] = "gpu[01-03]"
+    gpu["addresses"]["gpu03"] = "10.213.42.13"
+    before, after = digests(SANDBOX), digests(data)
+    differs = changed(before, after)
+    assert set(after) == {"ctl01", "gpu01", "gpu02", "gpu03"}
+    assert ("gpu01", "nvidia_driver") not in differs and ("gpu02", "nvidia_container_toolkit") not in differs
+    assert {("ctl01", "slurm_common"), ("gpu01", "slurm_common"), ("ctl01", "prometheus")} <= differs
+
+
+def test_an_unrelated_setting_leaves_every_gpu_node_role_alone() -> None:
+    data = copy.deepcopy(SANDBOX)
+    data["health"]["check"]["interval"] = "20s"
+    differs = changed(digests(SANDBOX), digests(data))
+    assert ("gpu01", "nvidia_driver") not in differs and ("gpu01", "munge") not in differs
+    assert ("gpu01", "gpu_health") in differs

@@ -1,0 +1,180 @@
+"""The receipt action and module, through ansible-playbook on this machine: a recorded role is fresh until its inputs,
+a secret on the controller, or any kind of state it watches changes; each kind of drift makes it stale, naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+INPUTS = "0123456789abcdef01234567"
+
+
+class Host:
+    """This machine as a host whose systemctl and dpkg-query are fakes reading state files the tests edit."""
+
+    def __init__(self, tmp: Path, collections: Path) -> None:
+        self.tmp, self.collections = tmp, collections
+        self.bin = tmp / "bin"
+        self.bin.mkdir()
+        self.receipts = tmp / "receipts"
+        self.managed = tmp / "etc" / "demo.conf"
+        self.managed.parent.mkdir()
+        self.managed.write_text("setting = 1\n")
+        self.secret = tmp / "secrets" / "demo-password"
+        self.secret.parent.mkdir()
+        self.secret.write_text("s3cret-s3cret-s3cret")
+        self.units = self._state("units", "Id=demo.service\nActiveState=active\nUnitFileState=enabled\n")
+        self.packages = self._state("packages", "demo\tii \t1.2-1\thold\n")
+        self.command_output = self._state("command", "cluster qos normal\n")
+        self._tool("systemctl", f"cat '{self.units}'")
+        self._tool("dpkg-query", f"cat '{self.packages}'")
+
+    def _state(self, name: str, text: str) -> Path:
+        path = self.tmp / f"{name}.state"
+        path.write_text(text)
+        return path
+
+    def _tool(self, name: str, body: str) -> None:
+        script = self.bin / name
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+
+    def run(self, *tasks: dict[str, Any], inputs: str | None = INPUTS, check: bool = False) -> list[dict[str, Any]]:
+        """Run the tasks in one play on localhost; returns each task's result."""
+        play = {"hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}
+        playbook = self.tmp / "play.yml"
+        playbook.write_text(json.dumps([play]))
+        host_vars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        if inputs is not None:
+            host_vars["gpuinfra_receipt_demo"] = inputs
+        inventory = self.tmp / "inventory.json"
+        inventory.write_text(json.dumps({"all": {"hosts": {"localhost": host_vars}}}))
+        env = {
+            **os.environ,
+            "PATH": f"{self.bin}:{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin",
+            "ANSIBLE_COLLECTIONS_PATH": str(self.collections),
+            "ANSIBLE_STDOUT_CALLBACK": "json",
+            "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-local"),
+            "ANSIBLE_HOME": str(self.tmp / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        proc = subprocess.run(
+            [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook), *(["--check"] if check else [])],
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        try:
+            output = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+        results = [task["hosts"]["localhost"] for task in output["plays"][0]["tasks"]]
+        assert proc.returncode == 0, results
+        return results
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "gpuinfra.cluster.receipt": {
+                "state": "record",
+                "role": "demo",
+                "directory": str(self.receipts),
+                "paths": [str(self.managed), str(self.tmp / "etc" / "*.d")],
+                "services": ["demo.service"],
+                "packages": ["demo"],
+                "commands": [["cat", str(self.command_output)]],
+                "secrets": [str(self.secret)],
+            }
+        }
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "gpuinfra.cluster.receipt": {
+                "state": "probe",
+                "directory": str(self.receipts),
+                "secrets_dir": str(self.secret.parent),
+            }
+        }
+
+
+@pytest.fixture
+def host(tmp_path: Path, collections: Path) -> Host:
+    return Host(tmp_path, collections)
+
+
+def test_a_recorded_role_is_fresh_and_its_receipt_is_root_only(host: Host) -> None:
+    record, probe = host.run(host.record(), host.probe())
+    assert record["changed"] is False  # bookkeeping, not a change to the cluster
+    assert (probe["fresh"], probe["stale"]) == (["demo"], {})
+    receipt = host.receipts / "demo.json"
+    assert oct(receipt.stat().st_mode & 0o777) == "0o600"
+    assert oct(host.receipts.stat().st_mode & 0o777) == "0o700"
+    assert "s3cret" not in receipt.read_text()  # only the secret's digest is kept
+
+
+# Each kind of drift: (what is changed, the start of the reason the probe gives).
+DRIFT = {
+    "file edited": (lambda h: h.managed.write_text("setting = 2\n"), "paths "),
+    "file mode changed": (lambda h: h.managed.chmod(0o600), "paths "),
+    "file removed": (lambda h: h.managed.unlink(), "paths "),
+    "file added where a pattern watches": (lambda h: (h.tmp / "etc" / "extra.d").mkdir(), "paths "),
+    "service stopped": (
+        lambda h: h.units.write_text("Id=demo.service\nActiveState=inactive\nUnitFileState=enabled\n"),
+        "services demo.service",
+    ),
+    "service disabled": (
+        lambda h: h.units.write_text("Id=demo.service\nActiveState=active\nUnitFileState=disabled\n"),
+        "services demo.service",
+    ),
+    "package moved off its version": (lambda h: h.packages.write_text("demo\tii \t1.3-1\thold\n"), "packages demo"),
+    "hold removed": (lambda h: h.packages.write_text("demo\tii \t1.2-1\tinstall\n"), "packages demo"),
+    "package removed": (lambda h: h.packages.write_text(""), "packages demo"),
+    "command output changed": (lambda h: h.command_output.write_text("cluster qos high\n"), "commands cat"),
+    "secret changed on the controller": (lambda h: h.secret.write_text("another-secret-value"), "a secret"),
+    "secret gone from the controller": (lambda h: h.secret.unlink(), "a secret"),
+    "receipt lost": (lambda h: (h.receipts / "demo.json").unlink(), "no receipt"),
+}
+
+
+@pytest.mark.parametrize("kind", DRIFT)
+def test_each_kind_of_drift_makes_the_role_stale(host: Host, kind: str) -> None:
+    host.run(host.record())
+    change, reason = DRIFT[kind]
+    change(host)
+    (probe,) = host.run(host.probe())
+    assert probe["fresh"] == []
+    assert probe["stale"]["demo"].startswith(reason), probe["stale"]
+
+
+def test_new_inputs_make_the_role_stale(host: Host) -> None:
+    host.run(host.record())
+    (probe,) = host.run(host.probe(), inputs="f" * 24)
+    assert probe["stale"] == {"demo": "its inputs changed"}
+
+
+def test_without_inputs_digests_nothing_is_recorded_or_skipped(host: Host) -> None:
+    record, probe = host.run(host.record(), host.probe(), inputs=None)
+    assert record.get("skipped") is True
+    assert not host.receipts.exists()
+    assert probe["fresh"] == []
+
+
+def test_check_mode_records_nothing(host: Host) -> None:
+    host.run(host.record(), check=True)
+    assert not host.receipts.exists()
+
+
+def test_full_runs_every_role(host: Host) -> None:
+    host.run(host.record())
+    probe = {**host.probe(), "vars": {"gpuinfra_full": True}}
+    (result,) = host.run(probe)
+    assert (result["fresh"], result["stale"]) == ([], {})
