@@ -115,6 +115,8 @@ stale:
 
 FORMAT = 1
 COMMAND_TIMEOUT = 60
+# The version of a package on a host without dpkg: never the same twice, so such a role is never skipped.
+UNKNOWN = "unknown"
 
 
 def file_digest(path: str) -> str:
@@ -162,7 +164,7 @@ def package_states(module: AnsibleModule, names: list[str]) -> dict[str, str]:
     if not names:
         return {}
     if shutil.which("dpkg-query") is None:
-        return dict.fromkeys(names, "unknown")
+        return dict.fromkeys(names, UNKNOWN)
     # dpkg-query exits 1 when a name is not installed; the others are still listed.
     show = "--showformat=${Package}\t${db:Status-Abbrev}\t${Version}\t${db:Status-Want}\n"
     _, out, _ = module.run_command(["dpkg-query", "--show", show, "--", *names])
@@ -204,7 +206,7 @@ def differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
     for kind in sorted(live):
         before, now = recorded.get(kind, {}), live[kind]
         for item in sorted(set(before) | set(now)):
-            if before.get(item) != now.get(item):
+            if before.get(item) != now.get(item) or now.get(item) == UNKNOWN:
                 out.append(f"{kind} {item}: {before.get(item)!r} -> {now.get(item)!r}")
     return out
 

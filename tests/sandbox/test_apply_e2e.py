@@ -273,6 +273,21 @@ def test_a_plain_apply_finds_and_fixes_every_kind_of_drift(sandbox: Path) -> Non
     assert (code, doc["changes"]) == (0, []), doc["changes"]
 
 
+def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(sandbox: Path) -> None:
+    """On the converged sandbox, a plain apply runs the probe and the checks, and ends every role whose receipt
+    holds at its first task; `--full` runs every task of every role, and finds nothing to change either."""
+    code, plain = apply_json(sandbox, "--yes", "--detailed-exitcode")
+    assert (code, plain["changes"], plain["failures"]) == (0, [], [])
+    code, full = apply_json(sandbox, "--yes", "--full", "--detailed-exitcode")
+    assert (code, full["changes"], full["failures"]) == (0, [], [])
+    for host in ("ctl01", "gpu01", "gpu02"):
+        assert plain["hosts"][host]["ok"] * 3 < full["hosts"][host]["ok"], (plain["hosts"], full["hosts"])
+    receipts = [f"/var/lib/gpuinfra/receipts/{role}.json" for role in ("nvidia_driver", "munge", "slurm_common")]
+    modes = on_host("gpu01", "stat", "--format=%a", "/var/lib/gpuinfra/receipts", *receipts)
+    assert modes.returncode == 0, modes.stderr
+    assert modes.stdout.split() == ["700", "600", "600", "600"], modes.stdout
+
+
 def test_timeout_exits_4(sandbox: Path) -> None:
     code, doc = apply_json(sandbox, "--yes", "--timeout", "1")
     assert (code, doc["status"]) == (4, "timeout")

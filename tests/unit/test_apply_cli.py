@@ -204,3 +204,17 @@ def test_ctrl_c_cancels_with_exit_130(
         timer.cancel()
     assert code == exitcodes.CANCELLED
     assert doc["status"] == "cancelled" and doc["runner"]["status"] == "canceled"
+
+
+def test_full_hands_the_run_gpuinfra_full(cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--full` tells the receipt probe to skip nothing; a plain apply leaves the choice to the receipts."""
+    seen: list[Any] = []
+
+    def capture(inventory: Any, options: Any, **kwargs: Any) -> Any:
+        seen.append(dict(options.extra_vars))
+        raise run_module.RunError("stop here")
+
+    monkeypatch.setattr(apply_cli, "run_playbook", capture)
+    main(["apply", str(cluster), "--yes", "--full"])
+    main(["apply", str(cluster), "--yes"])
+    assert seen == [{"gpuinfra_full": True}, {}]

@@ -3,6 +3,7 @@ a secret on the controller, or any kind of state it watches changes; each kind o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 INPUTS = "0123456789abcdef01234567"
 
@@ -178,3 +180,15 @@ def test_full_runs_every_role(host: Host) -> None:
     probe = {**host.probe(), "vars": {"gpuinfra_full": True}}
     (result,) = host.run(probe)
     assert (result["fresh"], result["stale"]) == ([], {})
+
+
+def test_packages_that_cannot_be_read_never_count_as_unchanged() -> None:
+    """On a host without dpkg, the package watch cannot vouch for anything: the role always runs."""
+    spec = importlib.util.spec_from_file_location("receipt", ROOT / "plugins" / "modules" / "receipt.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    unknown = {"packages": {"demo": module.UNKNOWN}}
+    assert module.differences(unknown, unknown) == ["packages demo: 'unknown' -> 'unknown'"]
+    known = {"packages": {"demo": "1.2-1 hold"}}
+    assert module.differences(known, known) == []
