@@ -128,8 +128,6 @@ def split_host_vars(rc: ResolvedCluster) -> tuple[dict[str, tuple[list[str], dic
     inventory several times faster (it copies and tags every value of the file). Node groups whose names meet in
     one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable."""
     own = {name: host_vars(host) for name, host in rc.hosts.items()}
-    for name, digests in receipt_inputs(group_vars(rc), own, groups(rc)).items():
-        own[name].update(digests)
     members: dict[str, list[str]] = {}
     for name, resolved in rc.hosts.items():
         members.setdefault(resolved.group, []).append(name)
@@ -148,7 +146,23 @@ def split_host_vars(rc: ResolvedCluster) -> tuple[dict[str, tuple[list[str], dic
         shared[inventory_name] = (hosts, common)
         for host in hosts:
             own[host] = {key: value for key, value in own[host].items() if key not in common}
+    _add_receipt_inputs(rc, shared, own)
     return shared, own
+
+
+def _add_receipt_inputs(
+    rc: ResolvedCluster, shared: dict[str, tuple[list[str], dict[str, Any]]], own: dict[str, dict[str, Any]]
+) -> None:
+    """Each role's inputs digest: in the node group's vars where all its hosts have the same, else the host's."""
+    digests = receipt_inputs(group_vars(rc), shared, own, groups(rc))
+    for hosts, variables in shared.values():
+        for key in list(digests[hosts[0]]):
+            if all(digests[host][key] == digests[hosts[0]][key] for host in hosts):
+                variables[key] = digests[hosts[0]][key]
+                for host in hosts:
+                    del digests[host][key]
+    for host, remaining in digests.items():
+        own[host].update(remaining)
 
 
 _MISSING = object()

@@ -82,29 +82,43 @@ def receipt_roles() -> tuple[str, ...]:
 
 
 def receipt_inputs(
-    shared: Mapping[str, Any], own: Mapping[str, Mapping[str, Any]], members: Mapping[str, Iterable[str]]
+    shared: Mapping[str, Any],
+    node_groups: Mapping[str, tuple[list[str], Mapping[str, Any]]],
+    own: Mapping[str, Mapping[str, Any]],
+    members: Mapping[str, Iterable[str]],
 ) -> dict[str, dict[str, str]]:
-    """host -> {`gpuinfra_receipt_<role>`: digest}, from the inventory's `all` vars, each host's own vars (which
-    win, as in Ansible) and the inventory's groups."""
+    """host -> {`gpuinfra_receipt_<role>`: digest}, from the inventory's `all` vars, the vars each node group's
+    hosts share, each host's own vars (which win, as in Ansible) and the inventory's groups.
+
+    Hosts of one node group differ in few variables (their address), so a role that names none of those gets one
+    digest per node group: 10,000 hosts cost as much as their node groups, plus a lookup each."""
     groups = {name: sorted(hosts) for name, hosts in members.items()}
     host_groups: dict[str, list[str]] = {host: [] for host in own}
     for name, hosts in groups.items():
         for host in hosts:
             host_groups.setdefault(host, []).append(name)
-    known = set(shared).union(*own.values())
+    node_group_of = {host: group for group, (hosts, _) in node_groups.items() for host in hosts}
+    known = set(shared).union(*own.values(), *(variables for _, variables in node_groups.values()))
     out: dict[str, dict[str, str]] = {host: {} for host in own}
     for role in receipt_roles():
         files, text = _role_sources(role)
         identifiers = set(_IDENTIFIER.findall(text))
         names = sorted(identifiers & known)
-        everyone = {host: {n: v[n] for n in names if n in v} for host, v in own.items()}
+        group_values = {g: {n: v[n] for n in names if n in v} for g, (_, v) in node_groups.items()}
+        host_values = {host: {n: v[n] for n in names if n in v} for host, v in own.items()}
         base = _digest(
             _code_digest(),
             files,
             {name: shared[name] for name in names if name in shared},
             groups if "groups" in identifiers else None,
-            everyone if "hostvars" in identifiers else None,
+            [group_values, host_values, node_group_of] if "hostvars" in identifiers else None,
         )
+        seen: dict[tuple[Any, ...], str] = {}
         for host in own:
-            out[host][VARIABLE_PREFIX + role] = _digest(base, host_groups[host], everyone[host])
+            group = node_group_of.get(host)
+            values = host_values[host]
+            key = (group, tuple(host_groups[host]), _digest(values) if values else "")
+            if key not in seen:
+                seen[key] = _digest(base, host_groups[host], group_values.get(group, {}) if group else {}, values)
+            out[host][VARIABLE_PREFIX + role] = seen[key]
     return out
