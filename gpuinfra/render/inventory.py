@@ -18,10 +18,11 @@ from typing import Any
 
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
-from .receipts import receipt_inputs
+from .receipts import receipt_inputs, receipt_roles
 from .vars import concern_modules
 
 GPU_NODES = "gpu_nodes"
+FRESH_GROUP_PREFIX = "gpuinfra_fresh_"
 # The header every generated file starts with (templates write `{{ ansible_managed }}`): set in the inventory, so
 # that a run writes exactly what `gpuinfra plan` shows.
 ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."
@@ -103,6 +104,8 @@ def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
     """Inventory group -> hosts: one group per role (even when empty, so plays can target it) and gpu_nodes."""
     out: dict[str, list[str]] = {role: [] for role in ROLES}
     out[GPU_NODES] = []
+    # Filled during a run by playbooks/receipts.yml; present and empty, so plays that leave them out find them.
+    out.update({FRESH_GROUP_PREFIX + role: [] for role in (*receipt_roles(), "gpu_preflight")})
     for host in rc.hosts.values():
         for role in host.roles:
             out[role].append(host.name)
