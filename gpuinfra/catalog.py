@@ -296,3 +296,73 @@ def by_pci_id(pci_id: str) -> GpuSpec | None:
     """The model with that PCI device ID, given as mig-parted writes it ("0x233010DE") or alone ("0x2330")."""
     device = normalise_pci_id(pci_id)
     return _by_pci().get(device) if device else None
+
+
+# --- Operating systems ------------------------------------------------------------------------------------------
+# What each supported Debian release's archive carries, read from its package indexes (deb.debian.org, Debian 12.15
+# and 13.8 point releases): the driver of the `distribution` source (nvidia-kernel-dkms and nvidia-open-kernel-dkms
+# from non-free/contrib, the same branch in the release's backports), the kernel series, Slurm and munge. Versions
+# move with point releases and security updates inside a branch (bookworm-security has 535.309.01); the branch is
+# what the rules check. The archives' nvidia-tesla-<branch>-* packages (Debian 12: 470, 525, 535; Debian 13: 535)
+# carry other package and module names, which the nvidia_driver role does not install.
+# Ubuntu and RHEL have no row: nothing is checked for them here.
+
+
+@dataclass(frozen=True)
+class ArchiveDriver:
+    branch: int
+    version: str
+    """The version of the release's nvidia-kernel-dkms when the row was written, for messages."""
+
+
+@dataclass(frozen=True)
+class OsRelease:
+    name: str
+    """The cluster file's `os` value."""
+    title: str
+    codename: str
+    kernel: str
+    """The kernel series of the archive's linux-image-amd64."""
+    slurm: str
+    """The archive's slurm-wlm version; its first two fields are the Slurm release."""
+    munge: str
+    driver: ArchiveDriver
+    backports_driver: ArchiveDriver | None
+
+    @property
+    def slurm_release(self) -> str:
+        return ".".join(self.slurm.split(".")[:2])
+
+
+_OS_RELEASES: tuple[OsRelease, ...] = (
+    OsRelease(
+        "debian12", "Debian 12 (bookworm)", "bookworm", "6.1", "22.05.8", "0.5.15",
+        ArchiveDriver(535, "535.261.03"), ArchiveDriver(535, "535.216.03"),
+    ),
+    OsRelease(
+        "debian13", "Debian 13 (trixie)", "trixie", "6.12", "24.11.5", "0.5.16",
+        ArchiveDriver(550, "550.163.01"), ArchiveDriver(550, "550.163.01"),
+    ),
+)  # fmt: skip
+
+
+def os_release(name: str) -> OsRelease | None:
+    """The archive facts of the cluster file's `os` value, or None where gpuinfra keeps none (Ubuntu, RHEL)."""
+    return next((release for release in _OS_RELEASES if release.name == name), None)
+
+
+def os_releases() -> list[OsRelease]:
+    return list(_OS_RELEASES)
+
+
+# Slurm's major releases in order. slurmdbd must be at least as new as slurmctld, and slurmctld at least as new as
+# slurmd and the commands; a daemon talks to the releases just before its own: two of them up to 24.05, three from
+# 24.11 on (Slurm's upgrade guide, "Compatibility Window").
+SLURM_RELEASES: tuple[str, ...] = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+
+
+def slurm_compatible(newer: str, older: str) -> bool:
+    """Whether a daemon of Slurm release `newer` accepts one of release `older` (e.g. slurmctld and slurmd)."""
+    new, old = SLURM_RELEASES.index(newer), SLURM_RELEASES.index(older)
+    window = 3 if new >= SLURM_RELEASES.index("24.11") else 2
+    return 0 <= new - old <= window

@@ -54,10 +54,18 @@ def register(subparsers: Any) -> None:
             )
         add_json(sub)
         sub.set_defaults(func=run)
-    image = actions.add_parser(
-        "image", help="build the Debian 12 systemd base image with debootstrap unless podman has it"
+    image = actions.add_parser("image", help="build a Debian systemd base image with debootstrap unless podman has it")
+    image.add_argument(
+        "--os",
+        choices=sorted(sandbox.PLATFORMS),
+        default=sandbox.DEFAULT_PLATFORM.os,
+        help=f"the Debian release to build (default: {sandbox.DEFAULT_PLATFORM.os}, "
+        + ", ".join(f"{p.os} is {p.suite}" for p in sandbox.PLATFORMS.values())
+        + ")",
     )
-    image.add_argument("--image", default=sandbox.DEFAULT_IMAGE, help=f"image name (default: {sandbox.DEFAULT_IMAGE})")
+    image.add_argument(
+        "--image", help="image name (default: localhost/gpuinfra-OS, e.g. " + sandbox.DEFAULT_IMAGE + ")"
+    )
     add_json(image)
     image.set_defaults(func=run_image)
 
@@ -94,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_image(args: argparse.Namespace) -> int:
     try:
-        built = sandbox.ensure_image(args.image)
+        platform = sandbox.PLATFORMS[args.os]
+        built = sandbox.ensure_image(args.image or platform.image, suite=platform.suite)
     except sandbox.MissingTools as exc:
         return _failed(args, exitcodes.INVALID_INPUT, str(exc))
     except GpuinfraError as exc:

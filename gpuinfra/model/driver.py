@@ -14,7 +14,7 @@ class DistributionSource(Model):
     type: Literal["distribution"]
     """The OS archive (Debian non-free, Ubuntu restricted); not available on RHEL."""
     backports: bool = False
-    """Debian: take the driver from bookworm-backports."""
+    """Debian: take the driver from the release's backports (bookworm-backports, trixie-backports)."""
 
 
 class NvidiaRepoSource(Model):

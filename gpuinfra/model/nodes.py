@@ -30,7 +30,7 @@ Role = Literal[
 ROLES: tuple[str, ...] = get_args(Role)
 
 
-OperatingSystem = Literal["debian12", "ubuntu22.04", "ubuntu24.04", "rhel9"]
+OperatingSystem = Literal["debian12", "debian13", "ubuntu22.04", "ubuntu24.04", "rhel9"]
 
 
 class Bastion(Model):

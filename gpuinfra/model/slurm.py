@@ -70,7 +70,7 @@ class Slurm(Model):
     accounting: bool = True
     """Job accounting through slurmdbd and MariaDB (needs a host with the slurm_dbd role)."""
     gres_autodetect: Literal["off", "nvml"] = "off"
-    """`nvml` only where the installed Slurm is built with NVML; Debian 12's slurmd is not."""
+    """`nvml` only where the installed Slurm is built with NVML; Debian 12's and 13's slurmd are not."""
     cgroups: bool = True
     """Track and confine jobs with cgroups (ConstrainDevices: a job sees only its GPUs). false tracks jobs without
     them, with no device confinement, for hosts where Slurm cannot write the cgroup tree (unprivileged containers)."""

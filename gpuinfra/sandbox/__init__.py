@@ -1,7 +1,8 @@
 """The sandbox: a cluster of systemd containers on this machine, reached over real SSH like a real fleet.
 
 - `spec`: what the cluster file asks for (network, containers, fake GPUs), decided without running anything;
-- `image`: the Debian 12 systemd base image, built with debootstrap when missing;
+- `image`: the Debian systemd base images (Debian 12 for the sandbox, Debian 13 too), built with debootstrap when
+  missing;
 - `lifecycle`: `up`, `down` and `status`;
 - `resize`: the same cluster with another number of GPU nodes (`up --gpu-nodes N`);
 - `access`: the key pair, per-container host keys and the known_hosts file the runs use;
@@ -9,7 +10,7 @@
 """
 
 from .access import SshError
-from .image import DEFAULT_IMAGE, ImageBuildError, ImageResult, ensure_image
+from .image import DEFAULT_IMAGE, DEFAULT_PLATFORM, PLATFORMS, ImageBuildError, ImageResult, Platform, ensure_image
 from .lifecycle import HostState, SandboxError, SandboxResult, down, ssh, status, up
 from .podman import PodmanError
 from .resize import resized
@@ -18,10 +19,13 @@ from .tools import MissingTools
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "DEFAULT_PLATFORM",
+    "PLATFORMS",
     "HostState",
     "ImageBuildError",
     "ImageResult",
     "MissingTools",
+    "Platform",
     "PodmanError",
     "SandboxConfigError",
     "SandboxError",

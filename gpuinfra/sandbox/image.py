@@ -1,7 +1,9 @@
-"""The Debian 12 systemd base image every sandbox host and Molecule scenario runs on, built with debootstrap.
+"""The Debian systemd base images the sandbox hosts and Molecule scenarios run on, built with debootstrap.
 
-No image registry is reachable from the machines this runs on, so the image is built from Debian's archive:
+No image registry is reachable from the machines this runs on, so an image is built from Debian's archive:
 debootstrap into a temporary folder, then `podman import` with /sbin/init as its command. About 70 s here.
+One image per platform, named after the cluster file's `os`: `localhost/gpuinfra-debian12` (bookworm, the sandbox's
+and most scenarios') and `localhost/gpuinfra-debian13` (trixie), built the same way from their own suite.
 """
 
 from __future__ import annotations
@@ -16,8 +18,26 @@ from pathlib import Path
 from . import tools
 from .podman import PodmanError, image_exists
 
-DEFAULT_IMAGE = "localhost/gpuinfra-debian12"
-SUITE = "bookworm"
+
+@dataclass(frozen=True)
+class Platform:
+    """A Debian release an image can be built of: the cluster file's `os` name and the archive's suite."""
+
+    os: str
+    suite: str
+
+    @property
+    def image(self) -> str:
+        return f"localhost/gpuinfra-{self.os}"
+
+
+PLATFORMS: dict[str, Platform] = {
+    "debian12": Platform("debian12", "bookworm"),
+    "debian13": Platform("debian13", "trixie"),
+}
+DEFAULT_PLATFORM = PLATFORMS["debian12"]
+DEFAULT_IMAGE = DEFAULT_PLATFORM.image
+SUITE = DEFAULT_PLATFORM.suite
 MIRROR = "http://deb.debian.org/debian"
 # systemd as PID 1, Python and apt bindings for Ansible, sshd for real SSH, sudo for non-root roles, and the
 # basics roles expect on a server (ip, ps, gpg for repository keys, modprobe/modinfo for the driver).
@@ -41,12 +61,12 @@ class ImageResult:
         return {"image": self.name, "built": self.built, "seconds": round(self.seconds, 1)}
 
 
-def debootstrap_args(target: Path, mirror: str = MIRROR) -> list[str]:
-    return ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(target), mirror]
+def debootstrap_args(target: Path, mirror: str = MIRROR, suite: str = SUITE) -> list[str]:
+    return ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", suite, str(target), mirror]
 
 
-def ensure_image(name: str = DEFAULT_IMAGE, mirror: str = MIRROR) -> ImageResult:
-    """Reuse the image when podman has it; otherwise build it (needs root and debootstrap)."""
+def ensure_image(name: str = DEFAULT_IMAGE, mirror: str = MIRROR, suite: str = SUITE) -> ImageResult:
+    """Reuse the image when podman has it; otherwise build it of `suite` (needs root and debootstrap)."""
     tools.require(("podman", "runc"))
     if image_exists(name):
         return ImageResult(name, built=False, seconds=0.0)
@@ -56,7 +76,7 @@ def ensure_image(name: str = DEFAULT_IMAGE, mirror: str = MIRROR) -> ImageResult
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpuinfra-image-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        _run(debootstrap_args(rootfs, mirror), "debootstrap")
+        _run(debootstrap_args(rootfs, mirror, suite), "debootstrap")
         # Downloaded .debs are only a cache; leaving them out keeps the image a third smaller.
         for deb in (rootfs / "var" / "cache" / "apt" / "archives").glob("*.deb"):
             deb.unlink()

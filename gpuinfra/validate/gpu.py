@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import catalog
 from ..errors import InvalidInput
 from ..model import Cluster, MigAssignment
+from ..model.driver import DistributionSource
 from ..resolve import ResolvedCluster, expand_gpu_indices
 from . import mig
 from .report import Report, suggest
@@ -57,6 +58,38 @@ def check(rc: ResolvedCluster, report: Report) -> None:
             continue
         _driver(model, name, spec, group.gpu.nvswitch, report)
         _mig(name, group.gpu.count, group.mig, spec, rc.layouts, report)
+    _archive_driver(model, report)
+
+
+def _archive_driver(model: Cluster, report: Report) -> None:
+    """A driver from the OS archive must be of the branch that archive carries, on every OS of a GPU group."""
+    driver = model.driver
+    if driver is None or not isinstance(driver.source, DistributionSource):
+        return
+    groups_by_os: dict[str, list[str]] = {}
+    for name, group in model.node_groups.items():
+        if group.gpu is not None:
+            groups_by_os.setdefault(group.os or model.os, []).append(name)
+    for os_name, groups in groups_by_os.items():
+        release = catalog.os_release(os_name)
+        if release is None:
+            continue
+        suite = f"{release.codename}-backports" if driver.source.backports else release.codename
+        carried = release.backports_driver if driver.source.backports else release.driver
+        if carried is None:
+            report.error(
+                ("driver", "source", "backports"),
+                f"{release.title} has no NVIDIA driver in {suite}; set backports: false",
+            )
+        elif driver.major != carried.branch:
+            named = ", ".join(repr(g) for g in groups)
+            report.error(
+                ("driver", "version" if driver.version else "branch"),
+                f"{release.title} carries driver branch {carried.branch} in {suite} (nvidia-kernel-dkms "
+                f"{carried.version}), not {driver.major} (node group{'s' if len(groups) > 1 else ''} {named}): "
+                f"use a {carried.branch} driver, or take {driver.major} from another source (type nvidia, mirror "
+                "or local)",
+            )
 
 
 def _driver(model: Cluster, group: str, spec: catalog.GpuSpec, nvswitch: bool, report: Report) -> None:

@@ -1,10 +1,12 @@
 """Slurm rules: one controller, partitions name real groups, accounts and QoS; the account tree and the QoS
-preemption graph have no cycles; limits fit the cluster's GPUs."""
+preemption graph have no cycles; limits fit the cluster's GPUs; the OS releases of the Slurm hosts carry Slurm
+releases that talk to each other."""
 
 from __future__ import annotations
 
+from .. import catalog
 from ..model import Cluster
-from ..resolve import ResolvedCluster
+from ..resolve import Host, ResolvedCluster
 from .report import Report, suggest
 
 SLURM_ROLES = {"slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute"}
@@ -32,6 +34,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
     _qos(model, report)
     _accounts(model, report)
     _capacity(rc, report)
+    _releases(rc, report)
 
 
 def _partitions(model: Cluster, report: Report) -> None:
@@ -164,4 +167,44 @@ def _capacity(rc: ResolvedCluster, report: Report) -> None:
             report.warning(
                 ("slurm", "accounts", name, "max_gpus"),
                 f"{account.max_gpus} GPUs is more than the cluster's {capacity} Slurm GPUs",
+            )
+
+
+def _releases(rc: ResolvedCluster, report: Report) -> None:
+    """Each Slurm host runs the Slurm of its OS archive: slurmdbd must accept slurmctld, and slurmctld every other
+    Slurm host (slurmd, the commands of a login node). Hosts on an OS without archive facts are not checked."""
+    model = rc.model
+
+    def release(host: Host) -> catalog.OsRelease | None:
+        return catalog.os_release(host.os)
+
+    def loc(host: Host) -> tuple[str, ...]:
+        return ("node_groups", host.group, "os") if model.node_groups[host.group].os else ("os",)
+
+    def check_pair(newer: Host, what: str, older: Host, other: str) -> None:
+        new, old = release(newer), release(older)
+        if new is None or old is None or catalog.slurm_compatible(new.slurm_release, old.slurm_release):
+            return
+        seen = (older.group, newer.group)
+        if seen in reported:
+            return
+        reported.add(seen)
+        report.error(
+            loc(older),
+            f"node group {older.group!r} ({other}) runs {old.title}'s Slurm {old.slurm_release}, and its {what} "
+            f"(node group {newer.group!r}) {new.title}'s Slurm {new.slurm_release}: {what} must be as new as "
+            f"{other} and at most two releases newer (three from 24.11); put the Slurm hosts on one OS release",
+        )
+
+    reported: set[tuple[str, str]] = set()
+    controllers = rc.with_role("slurm_controller")
+    if len(controllers) != 1:
+        return  # reported by check()
+    controller = controllers[0]
+    for dbd in rc.with_role("slurm_dbd"):
+        check_pair(dbd, "slurmdbd", controller, "slurmctld")
+    for host in rc.hosts.values():
+        if host is not controller and {"slurm_compute", "slurm_login"} & set(host.roles):
+            check_pair(
+                controller, "slurmctld", host, "slurmd" if "slurm_compute" in host.roles else "the Slurm commands"
             )

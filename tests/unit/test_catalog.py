@@ -248,3 +248,50 @@ def test_catalog_data_cannot_be_changed_by_a_caller() -> None:
         spec.mig_profiles["9g.1gb"] = spec.mig_profiles["1g.10gb"]  # type: ignore[index]
     with pytest.raises(AttributeError):
         spec.memory_gb = 1  # type: ignore[misc]
+
+
+# --- operating systems -------------------------------------------------------------------------------------------
+
+
+def test_every_debian_release_of_the_model_has_archive_facts() -> None:
+    from typing import get_args
+
+    from gpuinfra.model.nodes import OperatingSystem
+
+    debian = [name for name in get_args(OperatingSystem) if name.startswith("debian")]
+    assert debian == ["debian12", "debian13"]
+    assert [r.name for r in catalog.os_releases()] == debian
+
+
+@pytest.mark.parametrize(
+    ("name", "codename", "branch", "slurm", "kernel"),
+    [("debian12", "bookworm", 535, "22.05", "6.1"), ("debian13", "trixie", 550, "24.11", "6.12")],
+)
+def test_debian_archive_facts(name: str, codename: str, branch: int, slurm: str, kernel: str) -> None:
+    release = catalog.os_release(name)
+    assert release is not None
+    assert (release.codename, release.driver.branch, release.slurm_release, release.kernel) == (
+        codename,
+        branch,
+        slurm,
+        kernel,
+    )
+    assert release.driver.version.startswith(f"{branch}.")
+    assert release.backports_driver is not None and release.backports_driver.branch == branch
+    assert catalog.os_release("ubuntu22.04") is None
+
+
+@pytest.mark.parametrize(
+    ("newer", "older", "compatible"),
+    [
+        ("22.05", "22.05", True),
+        ("22.05", "21.08", True),
+        ("22.05", "20.11", True),  # two releases back
+        ("24.05", "22.05", False),  # three back, before the wider window of 24.11
+        ("24.11", "23.02", True),  # three back from 24.11 on
+        ("24.11", "22.05", False),  # Debian 13's slurmctld and Debian 12's slurmd
+        ("22.05", "24.11", False),  # an older controller never takes a newer slurmd
+    ],
+)
+def test_slurm_compatibility_window(newer: str, older: str, compatible: bool) -> None:
+    assert catalog.slurm_compatible(newer, older) is compatible

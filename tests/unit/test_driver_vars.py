@@ -34,6 +34,8 @@ ROLES = ROOT / "roles"
 FACTS = {
     "Debian": {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "12",
                "distribution_version": "12.11", "distribution_release": "bookworm", "architecture": "x86_64"},
+    "Debian13": {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "13",
+                 "distribution_version": "13.8", "distribution_release": "trixie", "architecture": "x86_64"},
     "Ubuntu": {"distribution": "Ubuntu", "os_family": "Debian", "distribution_major_version": "22",
                "distribution_version": "22.04", "distribution_release": "jammy", "architecture": "x86_64"},
     "RedHat": {"distribution": "RedHat", "os_family": "RedHat", "distribution_major_version": "9",
@@ -152,6 +154,29 @@ def test_debian_packages_are_the_headless_compute_set() -> None:
         v["__nvidia_driver_nvidia_repo_url"]
         == "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
     )
+
+
+def test_debian_13_takes_the_same_packages_at_its_550_driver() -> None:
+    """trixie's nvidia-graphics-drivers 550.163.01 keeps bookworm's package and DKMS module names
+    (nvidia-kernel-dkms builds /usr/src/nvidia-current-550.163.01), so one vars file serves both releases."""
+    bookworm = role_vars("nvidia_driver", "Debian", nvidia_driver_version="535.261.03")
+    trixie = role_vars("nvidia_driver", "Debian13", nvidia_driver_version="550.163.01")
+    for name in ("__nvidia_driver_packages", "__nvidia_driver_dkms_module", "__nvidia_driver_debian_components"):
+        assert trixie[name] == bookworm[name], name
+    assert trixie["__nvidia_driver_major"] == 550
+    assert trixie["__nvidia_driver_nvidia_repo_url"].endswith("/repos/debian13/x86_64/")
+    pin = render("nvidia_driver", "nvidia-driver.pref.j2", "Debian13", nvidia_driver_version="550.163.01")
+    assert "Pin: version 550.163.01-*\n" in pin
+    backports = render("nvidia_driver", "nvidia-driver.pref.j2", "Debian13", nvidia_driver_source_backports=True)
+    assert "Pin: release n=trixie-backports\n" in backports
+    sources = render(
+        "nvidia_driver",
+        "debian-nonfree.sources.j2",
+        "Debian13",
+        __nvidia_driver_debian_components=["contrib", "non-free", "non-free-firmware"],
+    )
+    assert "Suites: trixie trixie-updates\n" in sources
+    assert "Suites: trixie-security\n" in sources
 
 
 def test_ubuntu_packages_carry_the_branch() -> None:

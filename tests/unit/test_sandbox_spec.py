@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra import sandbox
 from gpuinfra.cli import exitcodes, main
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import known_hosts_text
-from gpuinfra.sandbox.image import INCLUDE, debootstrap_args
+from gpuinfra.sandbox.image import INCLUDE, PLATFORMS, ImageResult, debootstrap_args
 from gpuinfra.sandbox.resize import SUFFIX as RESIZE_SUFFIX
 from gpuinfra.sandbox.resize import resized
 from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest, user_id
@@ -209,6 +210,34 @@ def test_the_image_has_what_the_working_rules_list() -> None:
     assert args[:2] == ["debootstrap", "--variant=minbase"]
     assert args[-3:] == ["bookworm", "/tmp/rootfs", "http://deb.debian.org/debian"]
     assert set(INCLUDE) >= {"systemd", "systemd-sysv", "python3", "python3-apt", "openssh-server", "sudo", "kmod"}
+
+
+def test_each_platform_image_is_its_suite_built_the_same_way() -> None:
+    assert {name: (p.suite, p.image) for name, p in PLATFORMS.items()} == {
+        "debian12": ("bookworm", "localhost/gpuinfra-debian12"),
+        "debian13": ("trixie", "localhost/gpuinfra-debian13"),
+    }
+    bookworm = debootstrap_args(Path("/tmp/rootfs"))
+    trixie = debootstrap_args(Path("/tmp/rootfs"), suite=PLATFORMS["debian13"].suite)
+    assert trixie == [arg.replace("bookworm", "trixie") for arg in bookworm]
+
+
+def test_image_command_builds_the_platform_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def ensure(name: str, suite: str) -> ImageResult:
+        asked.append((name, suite))
+        return ImageResult(name, built=False, seconds=0.0)
+
+    monkeypatch.setattr(sandbox, "ensure_image", ensure)
+    assert main(["sandbox", "image", "--os", "debian13"]) == exitcodes.OK
+    assert main(["sandbox", "image"]) == exitcodes.OK
+    assert main(["sandbox", "image", "--os", "debian13", "--image", "localhost/other"]) == exitcodes.OK
+    assert asked == [
+        ("localhost/gpuinfra-debian13", "trixie"),
+        ("localhost/gpuinfra-debian12", "bookworm"),
+        ("localhost/other", "trixie"),
+    ]
 
 
 def test_gpu_nodes_resizes_the_emulated_group_and_keeps_the_rest(tmp_path: Path) -> None:
