@@ -1,7 +1,13 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,3 +35,32 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     return root
+
+
+AnsibleJson = Callable[[list[str], Path], tuple[int, dict[str, Any], str]]
+
+
+@pytest.fixture
+def ansible_json(tmp_path: Path, collections: Path) -> AnsibleJson:
+    """Runs an `ansible` or `ansible-playbook` command on this machine with the JSON callback and this checkout's
+    collection, the fake tools of a folder first on PATH; returns its exit code, the JSON document and stdout."""
+    venv_bin = Path(sys.executable).parent
+
+    def run(command: list[str], tools: Path) -> tuple[int, dict[str, Any], str]:
+        env = {
+            **os.environ,
+            "PATH": f"{tools}:{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "ANSIBLE_COLLECTIONS_PATH": str(collections),
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_STDOUT_CALLBACK": "json",
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        proc = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        try:
+            return proc.returncode, json.loads(proc.stdout), proc.stdout
+        except json.JSONDecodeError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+
+    return run

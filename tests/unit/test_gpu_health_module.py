@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import AnsibleJson
 from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
@@ -53,11 +54,12 @@ NO_HOST_CHECKS = {"check_kernel_module": False, "check_dkms": False}
 class Node:
     """A fake node: a folder of tools on PATH, and a way to run the module against them."""
 
-    def __init__(self, tmp: Path, collections: Path) -> None:
+    def __init__(self, tmp: Path, collections: Path, ansible: AnsibleJson) -> None:
         self.bin = tmp / "bin"
         self.bin.mkdir()
         self.tmp = tmp
         self.collections = collections
+        self.ansible = ansible
         self.tool("journalctl", "")  # an empty kernel log unless a test says otherwise
 
     def tool(self, name: str, stdout: str | Path, rc: int = 0, stderr: str = "", sleep: int = 0) -> None:
@@ -75,37 +77,15 @@ class Node:
         script.chmod(0o755)
 
     def run(self, args: dict[str, Any], *, check: bool = False) -> tuple[int, dict[str, Any], str]:
-        env = {
-            **os.environ,
-            "PATH": f"{self.bin}:{ANSIBLE.parent}:/usr/local/bin:/usr/bin:/bin",
-            "ANSIBLE_COLLECTIONS_PATH": str(self.collections),
-            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-            "ANSIBLE_STDOUT_CALLBACK": "json",
-            "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-local"),
-            "ANSIBLE_HOME": str(self.tmp / "ansible-home"),
-            "ANSIBLE_NOCOLOR": "1",
-        }
         command = [str(ANSIBLE), "localhost", "-m", "gpuinfra.cluster.gpu_health", "-a", json.dumps(args)]
-        proc = subprocess.run(
-            [*command, *(["--check"] if check else [])],
-            env=env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        try:
-            output = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+        rc, output, stdout = self.ansible([*command, *(["--check"] if check else [])], self.bin)
         result: dict[str, Any] = output["plays"][0]["tasks"][0]["hosts"]["localhost"]
-        return proc.returncode, result, proc.stdout
+        return rc, result, stdout
 
 
 @pytest.fixture
-def node(tmp_path: Path, collections: Path) -> Node:
-    return Node(tmp_path, collections)
+def node(tmp_path: Path, collections: Path, ansible_json: AnsibleJson) -> Node:
+    return Node(tmp_path, collections, ansible_json)
 
 
 def loaded_nvidia() -> str | None:

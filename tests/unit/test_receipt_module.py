@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import AnsibleJson
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -21,8 +20,8 @@ INPUTS = "0123456789abcdef01234567"
 class Host:
     """This machine as a host whose systemctl and dpkg-query are fakes reading state files the tests edit."""
 
-    def __init__(self, tmp: Path, collections: Path) -> None:
-        self.tmp, self.collections = tmp, collections
+    def __init__(self, tmp: Path, ansible: AnsibleJson) -> None:
+        self.tmp, self.ansible = tmp, ansible
         self.bin = tmp / "bin"
         self.bin.mkdir()
         self.receipts = tmp / "receipts"
@@ -58,30 +57,10 @@ class Host:
             host_vars["gpuinfra_receipt_demo"] = inputs
         inventory = self.tmp / "inventory.json"
         inventory.write_text(json.dumps({"all": {"hosts": {"localhost": host_vars}}}))
-        env = {
-            **os.environ,
-            "PATH": f"{self.bin}:{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin",
-            "ANSIBLE_COLLECTIONS_PATH": str(self.collections),
-            "ANSIBLE_STDOUT_CALLBACK": "json",
-            "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-local"),
-            "ANSIBLE_HOME": str(self.tmp / "ansible-home"),
-            "ANSIBLE_NOCOLOR": "1",
-        }
-        proc = subprocess.run(
-            [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook), *(["--check"] if check else [])],
-            env=env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        try:
-            output = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}")
+        command = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook), *(["--check"] if check else [])]
+        rc, output, _ = self.ansible(command, self.bin)
         results = [task["hosts"]["localhost"] for task in output["plays"][0]["tasks"]]
-        assert proc.returncode == 0, results
+        assert rc == 0, results
         return results
 
     def record(self) -> dict[str, Any]:
@@ -109,8 +88,8 @@ class Host:
 
 
 @pytest.fixture
-def host(tmp_path: Path, collections: Path) -> Host:
-    return Host(tmp_path, collections)
+def host(tmp_path: Path, ansible_json: AnsibleJson) -> Host:
+    return Host(tmp_path, ansible_json)
 
 
 def test_a_recorded_role_is_fresh_and_its_receipt_is_root_only(host: Host) -> None:
