@@ -46,7 +46,7 @@ def cluster_file(nodes: int) -> dict[str, object]:
     return {
         "name": "bench",
         "node_groups": node_groups,
-        "driver": {"version": "570.172.08"},
+        "driver": {"version": "570.172.08", "source": {"type": "nvidia"}},
         "slurm": {"partitions": {g: {"node_groups": [g]} for g, _, _ in GROUPS}},
     }
 

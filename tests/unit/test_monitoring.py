@@ -174,6 +174,14 @@ def test_tls_files_of_the_site_are_used_as_given() -> None:
     assert {full[f"{role}_tls_key_file"] for role in monitoring.SERVERS} == {"/etc/ssl/gpuinfra/host.key"}
 
 
+def test_the_roles_a_cluster_leaves_out_are_named_for_the_receipts_play() -> None:
+    """Their plays then leave every host out (playbooks/receipts.yml), instead of skipping each task per host."""
+    assert _vars()["gpuinfra_roles_left_out"] == ["monitoring_tls"]
+    assert _vars(tls=True)["gpuinfra_roles_left_out"] == []
+    some = _vars(components=["node_exporter", "prometheus"])
+    assert some["gpuinfra_roles_left_out"] == ["dcgm_exporter", "alertmanager", "grafana", "monitoring_tls"]
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
