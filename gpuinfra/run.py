@@ -41,6 +41,9 @@ from .validate.load import LoadedCluster
 PLAYBOOKS = ROOT / "playbooks"
 DEFAULT_PLAYBOOK = "site.yml"
 
+INVENTORY_PLUGIN = "gpuinfra.cluster.cluster"
+INVENTORY_SOURCE = Path("inventory") / "gpuinfra.yml"
+
 # How often runner looks at the cancel flag and the timeout while ansible-playbook runs (seconds).
 _POLL_SECONDS = 0.2
 
@@ -213,7 +216,9 @@ def _envvars(run_dir: Path) -> dict[str, str]:
         # ansible-runner turns host key checking off unless told otherwise; a cluster file may relax it per
         # connection (connection.host_key_checking), never the run as a whole.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_INVENTORY_ENABLED": "ansible.builtin.yaml",
+        # The run's inventory is a source file of the collection's plugin that points to the JSON gpuinfra wrote:
+        # loaded as it is, several times faster than Ansible's YAML plugin reads the same file at 10,000 hosts.
+        "ANSIBLE_INVENTORY_ENABLED": INVENTORY_PLUGIN,
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_FORCE_COLOR": "False",
@@ -239,6 +244,7 @@ def run_directory(inventory: Mapping[str, Any]) -> Iterator[Path]:
     run_dir = Path(tempfile.mkdtemp(prefix="gpuinfra-run-"))  # mkdtemp creates it 0700
     try:
         _write_private(run_dir / "inventory" / "hosts.json", json.dumps(inventory))
+        _write_private(run_dir / INVENTORY_SOURCE, f"plugin: {INVENTORY_PLUGIN}\ninventory_file: hosts.json\n")
         link = run_dir / "ansible_collections" / "gpuinfra" / "cluster"
         link.parent.mkdir(mode=0o700, parents=True)
         link.symlink_to(ROOT, target_is_directory=True)
@@ -324,7 +330,7 @@ def run_playbook(
         runner = ansible_runner.run(
             private_data_dir=str(run_dir),
             playbook=str(playbook),
-            inventory=str(run_dir / "inventory" / "hosts.json"),
+            inventory=str(run_dir / INVENTORY_SOURCE),
             envvars=_envvars(run_dir),
             limit=options.limit,
             tags=",".join(options.tags) or None,

@@ -63,8 +63,16 @@ options:
     description:
       - The cluster file, in a source file that points to one.
       - A relative path is taken from the folder of the source file; C(~) is the home folder.
+      - A source file names either this or O(inventory_file).
     type: str
-    required: true
+  inventory_file:
+    description:
+      - An inventory that gpuinfra already made from a cluster file, as the JSON that C(gpuinfra inventory) prints;
+        C(gpuinfra apply) writes one for each run and points its source file here.
+      - It is read as it is, without checking the cluster file again, so a cluster of 10,000 hosts loads in a
+        fraction of the time the cluster file or Ansible's YAML plugin take.
+      - A relative path is taken from the folder of the source file; C(~) is the home folder.
+    type: str
 notes:
   - "Only what the cluster file decides is here. The settings C(gpuinfra apply) gives C(ansible-playbook) itself
     (C(gathering = smart), C(pipelining = true), C(unparsed_is_failed = true)) go in C(ansible.cfg); see the
@@ -172,8 +180,15 @@ class InventoryModule(BaseInventoryPlugin):
         super().parse(inventory, loader, path, cache)
         if source_kind(path) == "source":
             self._read_config_data(path)
-            relative = os.path.expanduser(self.get_option("cluster_file"))
-            cluster_file = os.path.normpath(os.path.join(os.path.dirname(path), relative))
+            named = {key: self.get_option(key) for key in ("cluster_file", "inventory_file") if self.get_option(key)}
+            if len(named) != 1:
+                raise AnsibleParserError(f"{path}: name either cluster_file or inventory_file, not {len(named)}")
+            ((key, relative),) = named.items()
+            given = os.path.normpath(os.path.join(os.path.dirname(path), os.path.expanduser(relative)))
+            if key == "inventory_file":
+                self._populate(self._rendered(given)["all"])
+                return
+            cluster_file = given
         else:
             cluster_file = path
         if GPUINFRA_IMPORT_ERROR is not None:
@@ -196,6 +211,19 @@ class InventoryModule(BaseInventoryPlugin):
             return
         self._fail(problem, path)
 
+    @staticmethod
+    def _rendered(path: str) -> dict[str, Any]:
+        """The JSON inventory gpuinfra wrote, read with the standard library: Ansible's loader would tag and then
+        deep-copy every value, which is most of its time at 10,000 hosts."""
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise AnsibleParserError(f"cannot read the inventory {path}: {exc}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("all"), dict):
+            raise AnsibleParserError(f"{path} is not an inventory that gpuinfra made: it has no `all` group")
+        return data
+
     def _fail(self, message: str, path: str) -> NoReturn:
         """Fail the source with `message`. Ansible shows a plugin's failure only when no later plugin takes the
         source; when the YAML plugin comes later and takes a cluster file (as a hostless inventory), the failure
@@ -207,16 +235,21 @@ class InventoryModule(BaseInventoryPlugin):
     def _populate(self, all_group: dict[str, Any]) -> None:
         """The run directory's inventory (`all` with its vars, hosts and child groups), added as the YAML
         inventory plugin adds that file for `gpuinfra apply`: same order, same values."""
-        for name, value in all_group["vars"].items():
-            self.inventory.set_variable("all", name, ansible_value(value))
-        for host, variables in all_group["hosts"].items():
-            self.inventory.add_host(host, group="all")
-            for name, value in variables.items():
-                self.inventory.set_variable(host, name, ansible_value(value))
-        for group, body in all_group["children"].items():
+        self._set_variables("all", all_group.get("vars"))
+        self._add_hosts("all", all_group.get("hosts"))
+        for group, body in (all_group.get("children") or {}).items():
+            if body.get("children"):
+                raise AnsibleParserError(f"group {group} has groups of its own: gpuinfra's inventories have none")
             self.inventory.add_group(group)
-            for host in body["hosts"]:
-                self.inventory.add_host(host, group=group)
-            for name, value in body.get("vars", {}).items():
-                self.inventory.set_variable(group, name, ansible_value(value))
+            self._add_hosts(group, body.get("hosts"))
+            self._set_variables(group, body.get("vars"))
             self.inventory.add_child("all", group)
+
+    def _add_hosts(self, group: str, hosts: dict[str, Any] | None) -> None:
+        for host, variables in (hosts or {}).items():
+            self.inventory.add_host(host, group=group)
+            self._set_variables(host, variables)
+
+    def _set_variables(self, entity: str, variables: dict[str, Any] | None) -> None:
+        for name, value in (variables or {}).items():
+            self.inventory.set_variable(entity, name, ansible_value(value))

@@ -26,6 +26,7 @@ from ansible.template import is_trusted_as_template
 
 from gpuinfra.cli import exitcodes, main
 from gpuinfra.errors import InvalidInput
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.validate.limits import MAX_FILE_BYTES
 from gpuinfra.validate.load import load_cluster
 
@@ -98,6 +99,39 @@ def test_a_source_file_points_to_a_cluster_file_and_needs_no_setting(
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == gpuinfra_inventory(SANDBOX, capsys)
+
+
+def test_a_source_file_points_to_the_inventory_gpuinfra_made(
+    tmp_path: Path, collections: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `gpuinfra apply` hands each run: the JSON it rendered, read as it is, with the same hosts and values."""
+    expected = gpuinfra_inventory(SANDBOX, capsys)
+    rendered = tmp_path / "hosts.json"
+    rendered.write_text(json.dumps({"all": inventory_yaml(load_cluster(SANDBOX).resolved)["all"]}))
+    source = tmp_path / "run.yml"
+    source.write_text(f"plugin: {NAME}\ninventory_file: hosts.json\n")
+    done = ansible(collections, "ansible-inventory", "-i", str(source), "--list", "--export", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"plugin: {NAME}\n", "name either cluster_file or inventory_file, not 0"),
+        (f"plugin: {NAME}\ncluster_file: c.yml\ninventory_file: h.json\n", "not 2"),
+        (f"plugin: {NAME}\ninventory_file: missing.json\n", "cannot read the inventory"),
+        (f"plugin: {NAME}\ninventory_file: source.yml\n", "cannot read the inventory"),
+    ],
+)
+def test_a_source_file_names_exactly_one_readable_file(
+    text: str, message: str, tmp_path: Path, collections: Path
+) -> None:
+    source = tmp_path / "source.yml"
+    source.write_text(text)
+    done = ansible(collections, "ansible-inventory", "-i", str(source), "--list", cwd=tmp_path)
+    assert done.returncode != 0
+    assert message in " ".join(done.stderr.split()), done.stderr
 
 
 def diagnostic_lines(path: Path) -> list[str]:
@@ -249,7 +283,7 @@ def test_ansible_doc_reads_the_documentation(collections: Path) -> None:
     done = ansible(collections, "ansible-doc", "-t", "inventory", "--json", NAME)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)[NAME]["doc"]
-    assert set(doc["options"]) == {"plugin", "cluster_file"}
+    assert set(doc["options"]) == {"plugin", "cluster_file", "inventory_file"}
     assert doc["options"]["plugin"]["choices"] == [NAME]
     assert json.loads(done.stdout)[NAME]["examples"].count(f"plugin: {NAME}") == 1
 
