@@ -11,7 +11,6 @@ own files with these values; `gpuinfra plan` renders the same templates with the
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections import Counter
 from typing import Any
@@ -172,8 +171,14 @@ _MISSING = object()
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal as data (True is not 1 here)."""
-    return a is not _MISSING and json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    """Equal as data: of the same types all the way down (True is not 1 here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:

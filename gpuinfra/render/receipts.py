@@ -25,6 +25,11 @@ from ..collection import ROOT
 
 VARIABLE_PREFIX = "gpuinfra_receipt_"
 """Inventory variable `gpuinfra_receipt_<role>`: the role's inputs digest on that host."""
+HOST_VARIABLE = "gpuinfra_receipts_host"
+"""Inventory variable: the digest of the variables a host holds on its own (its address, ...). A role that names
+any of them gets a digest ending in HOST_MARK, which the receipt's action plugin completes with this one. So each
+host carries one digest of its own, and each role's digest is shared by a whole node group."""
+HOST_MARK = "+host"
 RECEIPT_MODULE = "gpuinfra.cluster.receipt"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
@@ -87,11 +92,11 @@ def receipt_inputs(
     own: Mapping[str, Mapping[str, Any]],
     members: Mapping[str, Iterable[str]],
 ) -> dict[str, dict[str, str]]:
-    """host -> {`gpuinfra_receipt_<role>`: digest}, from the inventory's `all` vars, the vars each node group's
-    hosts share, each host's own vars (which win, as in Ansible) and the inventory's groups.
+    """host -> {`gpuinfra_receipt_<role>`: digest, HOST_VARIABLE: digest}, from the inventory's `all` vars, the
+    vars each node group's hosts share, each host's own vars (which win, as in Ansible) and the inventory's groups.
 
-    Hosts of one node group differ in few variables (their address), so a role that names none of those gets one
-    digest per node group: 10,000 hosts cost as much as their node groups, plus a lookup each."""
+    Hosts of one node group differ in few variables (their address), and those go into the host's one digest: a
+    role gets one digest per node group, so 10,000 hosts cost as much as their node groups, plus a digest each."""
     groups = {name: sorted(hosts) for name, hosts in members.items()}
     host_groups: dict[str, list[str]] = {host: [] for host in own}
     for name, hosts in groups.items():
@@ -99,26 +104,26 @@ def receipt_inputs(
             host_groups.setdefault(host, []).append(name)
     node_group_of = {host: group for group, (hosts, _) in node_groups.items() for host in hosts}
     known = set(shared).union(*own.values(), *(variables for _, variables in node_groups.values()))
-    out: dict[str, dict[str, str]] = {host: {} for host in own}
+    out: dict[str, dict[str, str]] = {host: {HOST_VARIABLE: _digest(variables)} for host, variables in own.items()}
     for role in receipt_roles():
         files, text = _role_sources(role)
         identifiers = set(_IDENTIFIER.findall(text))
         names = sorted(identifiers & known)
         group_values = {g: {n: v[n] for n in names if n in v} for g, (_, v) in node_groups.items()}
-        host_values = {host: {n: v[n] for n in names if n in v} for host, v in own.items()}
         base = _digest(
             _code_digest(),
             files,
             {name: shared[name] for name in names if name in shared},
             groups if "groups" in identifiers else None,
-            [group_values, host_values, node_group_of] if "hostvars" in identifiers else None,
+            [group_values, own, node_group_of] if "hostvars" in identifiers else None,
         )
         seen: dict[tuple[Any, ...], str] = {}
-        for host in own:
+        for host, variables in own.items():
             group = node_group_of.get(host)
-            values = host_values[host]
-            key = (group, tuple(host_groups[host]), _digest(values) if values else "")
+            reads_own = any(name in variables for name in names)
+            key = (group, tuple(host_groups[host]), reads_own)
             if key not in seen:
-                seen[key] = _digest(base, host_groups[host], group_values.get(group, {}) if group else {}, values)
+                digest = _digest(base, host_groups[host], group_values.get(group, {}) if group else {})
+                seen[key] = digest + HOST_MARK if reads_own else digest
             out[host][VARIABLE_PREFIX + role] = seen[key]
     return out

@@ -15,6 +15,9 @@ from ansible.plugins.action import ActionBase
 # gpuinfra writes one variable per role into the inventory: gpuinfra_receipt_<role>, the digest of that role's
 # inputs on that host. An inventory without them (a role applied by hand, Molecule) records and skips nothing.
 INPUTS_PREFIX = "gpuinfra_receipt_"
+# A role's digest that ends in HOST_MARK also covers the host's own variables, whose digest is HOST_INPUTS.
+HOST_INPUTS = "gpuinfra_receipts_host"
+HOST_MARK = "+host"
 
 
 def _sha256(path: str) -> str | None:
@@ -40,6 +43,13 @@ def secret_digests(paths: list[str]) -> dict[str, str]:
     return out
 
 
+def inputs_digest(digest: str, task_vars: dict[str, Any]) -> str:
+    """A role's inputs digest on this host: the inventory's, completed with the host's own where it says so."""
+    if digest.endswith(HOST_MARK):
+        return f"{digest[: -len(HOST_MARK)]}:{task_vars.get(HOST_INPUTS, '')}"
+    return str(digest)
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
 
@@ -52,7 +62,7 @@ class ActionModule(ActionBase):
             if task_vars.get("gpuinfra_full"):
                 return {**result, "changed": False, "fresh": [], "stale": {}}
             args["inputs"] = {
-                key[len(INPUTS_PREFIX) :]: str(value)
+                key[len(INPUTS_PREFIX) :]: inputs_digest(value, task_vars)
                 for key, value in task_vars.items()
                 if key.startswith(INPUTS_PREFIX) and isinstance(value, str)
             }
@@ -62,7 +72,7 @@ class ActionModule(ActionBase):
             inputs = task_vars.get(INPUTS_PREFIX + str(args.get("role")))
             if not isinstance(inputs, str):
                 return {**result, "changed": False, "skipped": True, "msg": "no inputs digest in this inventory"}
-            args["inputs"] = str(inputs)
+            args["inputs"] = inputs_digest(inputs, task_vars)
             args["secrets"] = secret_digests([str(path) for path in args.get("secrets") or []])
         else:
             raise AnsibleActionFail("state must be record or probe")

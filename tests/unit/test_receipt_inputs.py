@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
 from gpuinfra.render.inventory import inventory_yaml
-from gpuinfra.render.receipts import VARIABLE_PREFIX, receipt_roles
+from gpuinfra.render.receipts import HOST_MARK, HOST_VARIABLE, VARIABLE_PREFIX, receipt_roles
 from gpuinfra.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,16 +19,27 @@ SANDBOX = YAML(typ="safe").load((ROOT / "inventories" / "sandbox" / "cluster.yml
 
 
 def digests(data: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """host -> role -> digest, wherever the inventory puts them (a node group's vars, or the host's)."""
+    """host -> role -> digest, wherever the inventory puts them (a node group's vars, or the host's), completed with
+    the host's own digest as the receipt's action plugin completes them."""
     inventory = inventory_yaml(resolve(Cluster.model_validate(data)))["all"]
-    out: dict[str, dict[str, str]] = {}
+    wanted = (VARIABLE_PREFIX, HOST_VARIABLE)
+    found: dict[str, dict[str, str]] = {}
     for group in inventory["children"].values():
-        shared = {k: v for k, v in group.get("vars", {}).items() if k.startswith(VARIABLE_PREFIX)}
+        shared = {k: v for k, v in group.get("vars", {}).items() if k.startswith(wanted)}
         for host in group["hosts"]:
-            out.setdefault(host, {}).update(shared)
+            found.setdefault(host, {}).update(shared)
     for host, variables in inventory["hosts"].items():
-        out.setdefault(host, {}).update({k: v for k, v in variables.items() if k.startswith(VARIABLE_PREFIX)})
-    return {host: {k[len(VARIABLE_PREFIX) :]: v["__ansible_unsafe"] for k, v in d.items()} for host, d in out.items()}
+        found.setdefault(host, {}).update({k: v for k, v in variables.items() if k.startswith(wanted)})
+    out: dict[str, dict[str, str]] = {}
+    for host, values in found.items():
+        own = values.pop(HOST_VARIABLE)["__ansible_unsafe"]
+        out[host] = {}
+        for key, value in values.items():
+            digest = value["__ansible_unsafe"]
+            if digest.endswith(HOST_MARK):
+                digest = digest.removesuffix(HOST_MARK) + ":" + own
+            out[host][key[len(VARIABLE_PREFIX) :]] = digest
+    return out
 
 
 def changed(before: dict[str, dict[str, str]], after: dict[str, dict[str, str]]) -> set[tuple[str, str]]:
@@ -41,7 +52,7 @@ def test_every_role_with_a_receipt_has_a_digest_on_every_host() -> None:
     assert set(found) == {"ctl01", "gpu01", "gpu02"}
     for roles in found.values():
         assert set(roles) == set(receipt_roles())
-        assert all(len(digest) == 24 for digest in roles.values())
+        assert all(len(digest.split(":")[0]) == 24 for digest in roles.values())
 
 
 def test_the_same_cluster_gives_the_same_digests() -> None:
