@@ -7,12 +7,19 @@ are exactly those of the `template` module.
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+from collections import ChainMap
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
+from ansible.utils.collection_loader import AnsibleCollectionConfig
 from ruamel.yaml import YAML
 
 from ..collection import ROOT
@@ -53,15 +60,30 @@ def _trusted(value: Any) -> Any:
     return value
 
 
+@cache
+def _find_the_collection() -> None:
+    """Let templates call the collection's own filters (`gpuinfra.cluster.*`) here too, as under ansible-playbook:
+    the collection is put where Ansible looks for a playbook's own collections."""
+    folder = Path(tempfile.mkdtemp(prefix="gpuinfra-plan-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    link = folder / "collections" / "ansible_collections" / "gpuinfra" / "cluster"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(ROOT, target_is_directory=True)
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+    AnsibleCollectionConfig.playbook_paths = [str(folder)]
+
+
 def artifacts() -> list[Artifact]:
     return [artifact for module in concern_modules() for artifact in module.ARTIFACTS]
 
 
 def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rendered]:
     """Render the artifacts that apply to this cluster (those whose host role has no host are skipped)."""
+    _find_the_collection()
     shared = group_vars(rc)
     members = groups(rc)
-    all_hostvars = {name: {**shared, **host_vars(host)} for name, host in rc.hosts.items()}
+    all_hostvars = {name: ChainMap(host_vars(host), shared) for name, host in rc.hosts.items()}
     loader = DataLoader()
     out: list[Rendered] = []
     for artifact in only if only is not None else artifacts():

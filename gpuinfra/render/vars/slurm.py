@@ -12,6 +12,7 @@ the whole GPUs, and on a node with MIG layouts includes the fragment the mig rol
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import hostlist
@@ -51,7 +52,14 @@ def _compute_groups(model: Cluster) -> dict[str, NodeGroup]:
 
 
 def _hostlist(names: list[str]) -> str:
-    return str(hostlist.collect_hostlist(names))
+    return _collected(tuple(names))
+
+
+@lru_cache(maxsize=256)
+def _collected(names: tuple[str, ...]) -> str:
+    """The same node groups' names are collected for NodeName, gres.conf and partition lines, by the plan and by
+    the inventory: each takes a tenth of a second at 10,000 hosts."""
+    return str(hostlist.collect_hostlist(list(names)))
 
 
 def _device_files(indices: list[int]) -> str:
