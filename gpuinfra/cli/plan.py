@@ -1,13 +1,15 @@
-"""`gpuinfra plan FILE [--out DIR]`: every generated file, rendered from the roles' own templates."""
+"""`gpuinfra plan FILE [--out DIR | --diff OLD]`: every generated file, rendered from the roles' own templates, or
+only what changes from the cluster file OLD to FILE."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..render.plan import RenderError, render
+from ..render.plan import Rendered, RenderError, render
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json, load_or_report, print_json
 
@@ -15,20 +17,35 @@ from .common import DEFAULT_CLUSTER, add_json, load_or_report, print_json
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("plan", help="render every generated artifact without touching a host")
     parser.add_argument("file", nargs="?", default=DEFAULT_CLUSTER, metavar="FILE")
-    parser.add_argument("--out", type=Path, help="write the artifacts under DIR instead of printing them")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--out", type=Path, help="write the artifacts under DIR instead of printing them")
+    target.add_argument(
+        "--diff",
+        metavar="OLD",
+        help="show only the artifacts that differ from those of the cluster file OLD, as unified diffs",
+    )
     add_json(parser)
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    loaded = load_or_report(args.file, args.json)
+def _render(path: str, as_json: bool) -> list[Rendered] | int:
+    """The artifacts of one cluster file, or the exit code of the error already reported."""
+    loaded = load_or_report(path, as_json)
     if loaded is None:
         return exitcodes.INVALID_INPUT
     try:
-        rendered = render(loaded.resolved)
+        return render(loaded.resolved)
     except RenderError as exc:
         print(f"gpuinfra plan: {exc}", file=sys.stderr)
         return exitcodes.FAILED
+
+
+def run(args: argparse.Namespace) -> int:
+    rendered = _render(args.file, args.json)
+    if isinstance(rendered, int):
+        return rendered
+    if args.diff:
+        return _diff(args, rendered)
     if args.out:
         for item in rendered:
             target = args.out / item.artifact.path
@@ -53,4 +70,35 @@ def run(args: argparse.Namespace) -> int:
         for item in rendered:
             host = f" (as rendered for {item.host})" if item.host else ""
             print(f"# ---- {item.artifact.path}{host}\n{item.content.rstrip()}\n")
+    return exitcodes.OK
+
+
+def _diff(args: argparse.Namespace, rendered: list[Rendered]) -> int:
+    """Each artifact that is new, gone or different from OLD's, with its unified diff; nothing else."""
+    old = _render(args.diff, args.json)
+    if isinstance(old, int):
+        return old
+    before = {item.artifact.path: item.content for item in old}
+    after = {item.artifact.path: item.content for item in rendered}
+    changes = []
+    for path in [*after, *(p for p in before if p not in after)]:
+        was, now = before.get(path), after.get(path)
+        if was == now:
+            continue
+        status = "added" if was is None else "removed" if now is None else "changed"
+        lines = difflib.unified_diff(
+            (was or "").splitlines(keepends=True),
+            (now or "").splitlines(keepends=True),
+            fromfile="/dev/null" if was is None else f"a/{path}",
+            tofile="/dev/null" if now is None else f"b/{path}",
+        )
+        changes.append({"path": path, "status": status, "diff": "".join(lines)})
+    if args.json:
+        print_json(changes)
+    elif not changes:
+        print(f"{args.file}: no artifact differs from {args.diff}'s")
+    else:
+        for change in changes:
+            print(change["diff"], end="" if change["diff"].endswith("\n") else "\n")
+        print(f"{len(changes)} of {len(after)} artifacts differ: {', '.join(c['path'] for c in changes)}")
     return exitcodes.OK
