@@ -461,3 +461,22 @@ def test_loopback_is_never_bound_by_mistake() -> None:
     assert cluster_address.is_local("127.0.0.1")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_scrape_targets_quote_every_value_and_bracket_ipv6_addresses() -> None:
+    """prometheus.yml's targets are written by one filter call; whatever a host's variables hold, each value stays
+    one JSON string on its line, and YAML reads back exactly the inventory's values."""
+    static_configs = _plugin("plugins/filter/prometheus.py").prometheus_static_configs
+    hostvars = {
+        "gpu01": {"ansible_host": "fd00::11", "gpuinfra_node_group": "h100", "gpuinfra_gpu_count": 8},
+        "gpu02": {"gpuinfra_node_group": 'odd"\n  - targets: [evil]'},
+    }
+    text = static_configs(["gpu01", "gpu02"], hostvars, 9400, gpus=True)
+    parsed = YAML(typ="safe").load("static_configs:\n" + text)["static_configs"]
+    assert parsed == [
+        {"targets": ["[fd00::11]:9400"], "labels": {"instance": "gpu01", "node_group": "h100", "gpus_expected": "8"}},
+        {
+            "targets": ["gpu02:9400"],
+            "labels": {"instance": "gpu02", "node_group": 'odd"\n  - targets: [evil]', "gpus_expected": "0"},
+        },
+    ]
