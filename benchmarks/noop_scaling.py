@@ -4,7 +4,7 @@ For each size N, in one run: `gpuinfra sandbox up --gpu-nodes N` grows the sandb
 kept) and `gpuinfra apply --yes` converges the new nodes (neither is timed); then the no-op re-apply and its floor
 (one ping per host through the same runner) are timed as in noop_reapply.py, and each GPU node container's memory
 is read from `podman stats`. Prints the figures per size, the marginal cost per host (t(16) - t(2)) / 14 against
-the 0.1 s target, and a straight-line extrapolation to 1,000 hosts at the same forks.
+the 0.1 s target, the controller's CPU per host, and a straight-line extrapolation to 1,000 hosts at the same forks.
 
 GPU nodes start from the image given by --image (default $GPUINFRA_NODE_IMAGE, else the base image). Give it the
 DKMS-built driver image from molecule/shared/build-driver-image, so that no node builds the module again.
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from noop_reapply import floor, gpuinfra, reapply
+from noop_reapply import children_cpu_s, floor, gpuinfra, reapply
 
 from gpuinfra.sandbox import DEFAULT_IMAGE, resized, sandbox_spec
 from gpuinfra.validate.load import load_cluster
@@ -39,6 +39,8 @@ class Size:
     gpu_nodes: int
     hosts: int
     noop_s: float
+    cpu_s: float
+    """The controller's CPU seconds in the no-op (noop_reapply.children_cpu_s)."""
     floor_s: float
 
 
@@ -68,13 +70,15 @@ def main() -> int:
         cluster = resized(SANDBOX, size, args.image)
         gpuinfra("sandbox", "up", "--image", args.image, str(cluster))  # not timed
         gpuinfra("apply", "--yes", str(cluster))  # not timed: converges the nodes this size added
+        cpu_before = children_cpu_s()
         noop_s, result = reapply(cluster, args.forks)
-        row = Size(size, len(result.hosts), noop_s, floor(cluster, args.forks))
+        row = Size(size, len(result.hosts), noop_s, children_cpu_s() - cpu_before, floor(cluster, args.forks))
         spec = sandbox_spec(load_cluster(cluster), args.image)
         gpu_mb = memory_mb([c.name for c in spec.containers if c.gpus])
         changed = sum(stats.changed for stats in result.hosts.values())
         print(
-            f"N={size:3d} GPU nodes ({row.hosts} hosts): no-op {row.noop_s:6.1f} s, floor {row.floor_s:5.1f} s, "
+            f"N={size:3d} GPU nodes ({row.hosts} hosts): no-op {row.noop_s:6.1f} s "
+            f"(controller CPU {row.cpu_s:5.1f} s), floor {row.floor_s:5.1f} s, "
             f"changed {changed}, outcome {result.outcome.value}; memory per GPU node "
             f"{sum(gpu_mb) / len(gpu_mb):.0f} MB mean, {max(gpu_mb):.0f} MB max",
             flush=True,
@@ -90,6 +94,9 @@ def main() -> int:
         print(
             f"  no-op {per_host:.2f} s (floor {floor_per_host:.2f} s): {per_host / TARGET_PER_HOST_S:.1f}x the target"
         )
+        cpu_per_host = (large.cpu_s - small.cpu_s) / added
+        print(f"  controller CPU {cpu_per_host:.2f} s per host: what a fleet costs a controller's cores, whose hosts")
+        print("  run their own side of each task on their own CPUs (here the hosts share this machine's)")
         fleet_s = small.noop_s + per_host * (FLEET - small.hosts)
         fleet_floor_s = small.floor_s + floor_per_host * (FLEET - small.hosts)
         print(f"  straight line to {FLEET} hosts at the same forks: {fleet_s:.0f} s (floor {fleet_floor_s:.0f} s)")

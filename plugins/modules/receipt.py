@@ -119,8 +119,12 @@ COMMAND_TIMEOUT = 60
 UNKNOWN = "unknown"
 
 
+BYTECODE_CACHE = "__pycache__"
+
+
 def file_digest(path: str) -> str:
-    """Content, type, mode and owner of a path; a folder's digest covers everything under it."""
+    """Content, type, mode and owner of a path; a folder's digest covers everything under it but Python's bytecode
+    caches."""
     digest = hashlib.sha256()
 
     def add(entry: str, rel: str) -> None:
@@ -137,7 +141,9 @@ def file_digest(path: str) -> str:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
         elif stat.S_ISDIR(info.st_mode):
-            for name in sorted(os.listdir(entry)):
+            # Python writes its bytecode cache beside a library the first time the library runs: that is not
+            # something a role wrote, and watching it would make the role stale after its first use.
+            for name in sorted(set(os.listdir(entry)) - {BYTECODE_CACHE}):
                 add(os.path.join(entry, name), f"{rel}/{name}")
         digest.update(b"\n")
 

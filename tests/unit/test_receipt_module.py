@@ -28,6 +28,9 @@ class Host:
         self.managed = tmp / "etc" / "demo.conf"
         self.managed.parent.mkdir()
         self.managed.write_text("setting = 1\n")
+        self.library = tmp / "lib" / "demo"
+        self.library.mkdir(parents=True)
+        (self.library / "check.py").write_text("print('ok')\n")
         self.secret = tmp / "secrets" / "demo-password"
         self.secret.parent.mkdir()
         self.secret.write_text("s3cret-s3cret-s3cret")
@@ -69,7 +72,7 @@ class Host:
                 "state": "record",
                 "role": "demo",
                 "directory": str(self.receipts),
-                "paths": [str(self.managed), str(self.tmp / "etc" / "*.d")],
+                "paths": [str(self.managed), str(self.tmp / "etc" / "*.d"), str(self.library)],
                 "services": ["demo.service"],
                 "packages": ["demo"],
                 "commands": [["cat", str(self.command_output)]],
@@ -108,6 +111,7 @@ DRIFT = {
     "file mode changed": (lambda h: h.managed.chmod(0o600), "paths "),
     "file removed": (lambda h: h.managed.unlink(), "paths "),
     "file added where a pattern watches": (lambda h: (h.tmp / "etc" / "extra.d").mkdir(), "paths "),
+    "file added to a watched folder": (lambda h: (h.library / "extra.py").write_text(""), "paths "),
     "service stopped": (
         lambda h: h.units.write_text("Id=demo.service\nActiveState=inactive\nUnitFileState=enabled\n"),
         "services demo.service",
@@ -134,6 +138,15 @@ def test_each_kind_of_drift_makes_the_role_stale(host: Host, kind: str) -> None:
     (probe,) = host.run(host.probe())
     assert probe["fresh"] == []
     assert probe["stale"]["demo"].startswith(reason), probe["stale"]
+
+
+def test_a_bytecode_cache_beside_a_watched_library_is_no_drift(host: Host) -> None:
+    """Python writes __pycache__ the first time the library runs, after the role recorded its receipt."""
+    host.run(host.record())
+    (host.library / "__pycache__").mkdir()
+    (host.library / "__pycache__" / "check.cpython-311.pyc").write_bytes(b"\x00")
+    (probe,) = host.run(host.probe())
+    assert (probe["fresh"], probe["stale"]) == (["demo"], {})
 
 
 def test_new_inputs_make_the_role_stale(host: Host) -> None:
