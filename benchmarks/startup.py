@@ -25,6 +25,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from validate_render import cluster_file
 
+from gpuinfra.collection import link_collection
 from gpuinfra.render.plan import render
 from gpuinfra.run import INVENTORY_PLUGIN, cluster_inventory, target_hosts
 from gpuinfra.validate.load import load_cluster
@@ -109,9 +110,7 @@ def main() -> int:
         # The run's own source: the collection's plugin reading that file, as `gpuinfra apply` hands it to Ansible.
         source = tmp / "gpuinfra.yml"
         source.write_text(f"plugin: {INVENTORY_PLUGIN}\ninventory_file: {inventory_file.name}\n")
-        link = tmp / "collections" / "ansible_collections" / "gpuinfra" / "cluster"
-        link.parent.mkdir(parents=True)
-        link.symlink_to(ROOT, target_is_directory=True)
+        link_collection(tmp / "collections")
         listed = ansible_inventory(source, INVENTORY_PLUGIN, tmp / "collections")
         listed_yaml = ansible_inventory(inventory_file, "ansible.builtin.yaml", tmp / "collections")
     print(

@@ -31,7 +31,7 @@ from typing import Any
 
 import ansible_runner
 
-from .collection import ROOT
+from .collection import ROOT, link_collection
 from .errors import GpuinfraError
 from .progress import Change, Event, Failure, HostStats, RunProgress, Update, redact_data
 from .redact import Redactor, secrets_folders
@@ -245,9 +245,7 @@ def run_directory(inventory: Mapping[str, Any]) -> Iterator[Path]:
     try:
         _write_private(run_dir / "inventory" / "hosts.json", json.dumps(inventory))
         _write_private(run_dir / INVENTORY_SOURCE, f"plugin: {INVENTORY_PLUGIN}\ninventory_file: hosts.json\n")
-        link = run_dir / "ansible_collections" / "gpuinfra" / "cluster"
-        link.parent.mkdir(mode=0o700, parents=True)
-        link.symlink_to(ROOT, target_is_directory=True)
+        link_collection(run_dir)
         # Passing `settings` to runner is ignored when env files are suppressed, so the (secret-free) tuning goes
         # in the one file runner reads for it: poll often, and keep no copy of Ansible's stdout on disk.
         settings = {"pexpect_timeout": _POLL_SECONDS, "suppress_output_file": True}

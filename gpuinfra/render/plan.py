@@ -22,7 +22,7 @@ from ansible.template import Templar, trust_as_template
 from ansible.utils.collection_loader import AnsibleCollectionConfig
 from ruamel.yaml import YAML
 
-from ..collection import ROOT
+from ..collection import ROOT, link_collection
 from ..resolve import ResolvedCluster
 from .artifacts import Artifact
 from .inventory import group_vars, groups, host_vars
@@ -66,9 +66,7 @@ def _find_the_collection() -> None:
     the collection is put where Ansible looks for a playbook's own collections."""
     folder = Path(tempfile.mkdtemp(prefix="gpuinfra-plan-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    link = folder / "collections" / "ansible_collections" / "gpuinfra" / "cluster"
-    link.parent.mkdir(parents=True)
-    link.symlink_to(ROOT, target_is_directory=True)
+    link_collection(folder / "collections")
     if AnsibleCollectionConfig.collection_finder is None:
         init_plugin_loader()
     AnsibleCollectionConfig.playbook_paths = [str(folder)]

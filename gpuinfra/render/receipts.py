@@ -120,7 +120,7 @@ def receipt_inputs(
         seen: dict[tuple[Any, ...], str] = {}
         for host, variables in own.items():
             group = node_group_of.get(host)
-            reads_own = any(name in variables for name in names)
+            reads_own = not variables.keys().isdisjoint(names)
             key = (group, tuple(host_groups[host]), reads_own)
             if key not in seen:
                 digest = _digest(base, host_groups[host], group_values.get(group, {}) if group else {})
