@@ -437,14 +437,28 @@ def test_each_recorded_fault_drains_with_its_reason(node: Node, state: str, reas
     assert (code, verdict["action"], node.slurm_node["state"]) == (0, "resumed", "IDLE")
 
 
-def test_an_admin_drain_is_never_resumed_nor_renamed(node: Node) -> None:
-    node.slurm("MIXED+DRAIN", "disk replacement, ticket 4711")
+@pytest.mark.parametrize(
+    ("state", "reason", "action"),
+    [
+        ("MIXED+DRAIN", "disk replacement, ticket 4711", "left drained by someone else: disk replacement, ticket 4711"),
+        ("IDLE+DRAIN", "gpuinfra: driver upgrade to 535.309.01", "left drained by someone else: gpuinfra: driver"),
+        ("DOWN", "cable swap", "left down by someone else: cable swap"),
+        ("DOWN+DRAIN", "gpuinfra-health: 1 of 2 GPUs visible", "left down by someone else: gpuinfra-health: 1 of"),
+        ("IDLE+FAIL", "PSU failing", "left fail by someone else: PSU failing"),
+        ("ALLOCATED+FAILING", "PSU failing", "left failing by someone else: PSU failing"),
+        ("IDLE+MAINT", "", "left maint by someone else: no reason"),
+    ],
+)
+def test_a_state_someone_else_set_is_never_resumed_nor_renamed(node: Node, state: str, reason: str, action: str) -> None:
+    """An admin's drain, DOWN or FAIL, an upgrade's drain or a maintenance reservation: healthy or broken, the
+    program leaves the node's state and reason exactly as they are."""
+    node.slurm(state, reason)
     code, verdict = node.run()
-    assert code == 0 and verdict["action"].startswith("left drained by someone else")
+    assert code == 0 and verdict["action"].startswith(action), verdict["action"]
     node.gpus("gpu-missing")
     code, verdict = node.run()
-    assert code == 1 and verdict["action"].startswith("left drained (drained by someone else")
-    assert node.slurm_node == {"state": "MIXED+DRAIN", "reason": "disk replacement, ticket 4711"}
+    assert code == 1 and verdict["action"].startswith(action), verdict["action"]
+    assert node.slurm_node == {"state": state, "reason": reason}
     assert [c for c in node.calls("scontrol") if c[0] == "update"] == []
 
 
