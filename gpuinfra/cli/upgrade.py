@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import hostlist
 
 from ..run import RunError, cluster_inventory, target_hosts
-from ..upgrade.ansible import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor
+from ..upgrade.ansible import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from ..upgrade.journal import Journal, JournalBusy, State
 from ..upgrade.pipeline import Interrupted, Report, Rollout
 from ..upgrade.window import resolve_max_unavailable
@@ -89,6 +89,22 @@ def run(args: argparse.Namespace) -> int:
         if sys.stdin.readline().strip() != "yes":
             return _finish(args, out, None, target, handed_over, "cancelled; nothing was run", exitcodes.CANCELLED)
 
+    # What each node has installed decides the work (read once confirmed, as every host contact is); the journal
+    # only resumes what a run left in flight.
+    found: dict[str, Installed] = {}
+    current: list[str] = []
+    if not args.kernel:
+        found = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        in_flight = {entry.node for entry in journal.out_of_service(target)}
+        current = [n for n in nodes if n in found and found[n].pinned and n not in in_flight]
+        nodes = [n for n in nodes if n not in current]
+        if current:
+            out.write(f"  already at {target}, left alone: {hostlist.collect_hostlist(current)}\n")
+        if not nodes:
+            report = Report(target, current=current, found={n: found[n].version for n in current})
+            message = f"nothing to do: every GPU node has driver {target} installed"
+            return _finish(args, out, report, target, handed_over, message)
+
     cancel = threading.Event()
     executor = AnsibleExecutor(
         inventory=cluster_inventory(loaded),
@@ -116,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         max_failures=policy.max_failures,
         health_gate=policy.health_gate,
         retry_failed=args.retry_failed,
+        off_target=[n for n in nodes if not args.kernel and not (n in found and found[n].pinned)],
         listener=listener,
         cancel=cancel,
     )
@@ -129,6 +146,11 @@ def run(args: argparse.Namespace) -> int:
         return _finish(args, out, _snapshot(journal, target, nodes), target, handed_over, message, exitcodes.CANCELLED)
     except RunError as exc:
         return _finish(args, out, _snapshot(journal, target, nodes), target, handed_over, str(exc), exitcodes.FAILED)
+    if not args.kernel:
+        report.found = {n: found[n].version if n in found else "unknown" for n in [*current, *nodes]}
+        report.current = current
+        left = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        report.left = {n: left[n].version if n in left else "unknown" for n in nodes}
     code = exitcodes.OK if report.complete else exitcodes.FAILED
     return _finish(args, out, report, target, handed_over, _verdict(report), code)
 
@@ -237,7 +259,17 @@ def _verdict(report: Report) -> str:
         text += f"; skipped: {hostlist.collect_hostlist(skipped)}"
     if report.not_started:
         text += f"; not started (failure threshold reached): {hostlist.collect_hostlist(report.not_started)}"
+    if report.current:
+        text += f"; already at {report.target}: {hostlist.collect_hostlist(report.current)}"
     return text + f"; at most {report.peak_unavailable} out of service at once"
+
+
+def _versions(report: Report, node: str) -> dict[str, str]:
+    """The driver a node was found at and left at: what it had before, for a node the run did not change."""
+    if node not in report.found:
+        return {}
+    found = report.found[node]
+    return {"found": found, "left": report.left.get(node, found)}
 
 
 def _refuse(args: argparse.Namespace, message: str) -> int:
@@ -260,7 +292,11 @@ def _finish(
         status = {exitcodes.OK: "ok", exitcodes.CANCELLED: "cancelled"}.get(code, "failed")
         nodes = {}
         if report is not None:
-            nodes = {n: {"state": s.value, "reason": report.reasons.get(n, "")} for n, s in report.states.items()}
+            nodes = {
+                n: {"state": s.value, "reason": report.reasons.get(n, ""), **_versions(report, n)}
+                for n, s in report.states.items()
+            }
+            nodes.update({n: {"state": "current", "reason": "", **_versions(report, n)} for n in report.current})
         print_json(
             {
                 "status": status,
@@ -275,11 +311,14 @@ def _finish(
             }
         )
         return code
-    if report is not None and report.states:
-        width = max(len(node) for node in report.states)
+    if report is not None and (report.states or report.current):
+        rows = [(n, s.value, report.reasons.get(n, "")) for n, s in report.states.items()]
+        rows += [(n, "current", "") for n in report.current]
+        width = max(len(node) for node, _, _ in rows)
         out.write("\n")
-        for node, state in report.states.items():
-            reason = report.reasons.get(node, "")
-            out.write(f"{node:<{width}}  {state.value:<9}  {reason}\n".rstrip() + "\n")
+        for node, state, reason in rows:
+            versions = _versions(report, node)
+            moved = f"{versions['found'] or 'none'} -> {versions['left'] or 'none'}" if versions else ""
+            out.write(f"{node:<{width}}  {state:<9}  {moved:<25}  {reason}".rstrip() + "\n")
     out.write(f"\n{message}\n")
     return code

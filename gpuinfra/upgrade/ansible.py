@@ -16,6 +16,9 @@ from .pipeline import PhaseResult
 
 DRIVER_PLAYBOOK = "upgrade_driver.yml"
 KERNEL_PLAYBOOK = "kernel_update.yml"
+INSTALLED_PLAYBOOK = "driver_installed.yml"
+# What driver_installed.yml publishes (set_stats, merged over hosts): {node: {version, pinned}}.
+INSTALLED = "gpuinfra_driver_installed"
 
 # What the playbooks' rescue publishes (set_stats) when the drain gave up (timeout, or drained by someone else):
 # the node was left as it was, so it is skipped rather than failed.
@@ -71,3 +74,29 @@ def phase_result(result: RunResult, node: str) -> PhaseResult:
 def one_line(text: str, limit: int = 500) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Installed:
+    version: str
+    """The driver versions DKMS has installed for the kernel that boots next, comma-separated; empty for none."""
+    pinned: bool
+    """Whether one of them is the pinned version (or of the pinned branch)."""
+
+
+def installed_drivers(
+    inventory: Mapping[str, Any], nodes: list[str], extra_vars: Mapping[str, Any] | None = None
+) -> dict[str, Installed]:
+    """The driver each node has installed, read in one run. A node that could not be read is left out, so the
+    caller treats it as off the pin: the upgrade then reaches it and reports why it cannot go on."""
+    if not nodes:
+        return {}
+    options = RunOptions(playbook=INSTALLED_PLAYBOOK, limit=",".join(nodes), extra_vars=dict(extra_vars or {}))
+    found = run_playbook(inventory, options, hosts=nodes).artifacts.get(INSTALLED)
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        node: Installed(str(value.get("version", "")), bool(value.get("pinned")))
+        for node, value in found.items()
+        if node in nodes and isinstance(value, Mapping)
+    }

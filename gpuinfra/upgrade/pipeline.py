@@ -11,13 +11,15 @@ The journal entry for a phase is written before the phase starts (DRAINING befor
 after it ends, so a node is never out of service without a record. Re-running picks every node up at its last
 recorded state, except that a node left before or inside `upgrade` is drained again first: the journal says it was
 drained, but someone may have resumed it since, and the upgrade must never run under a job. Draining a drained node
-changes nothing. Nodes run in worker threads, never more than the window allows.
+changes nothing. The journal only resumes: a node the caller found without the target installed (`off_target`) is
+taken through every phase again, whatever an earlier run recorded for it. Nodes run in worker threads, never more
+than the window allows.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,6 +80,12 @@ class Report:
     stopped: bool = False
     """Failures passed max_failures (or filled the window), so some nodes were never started."""
     not_started: list[str] = field(default_factory=list)
+    found: dict[str, str] = field(default_factory=dict)
+    """The driver version each node had installed before the run (driver upgrades)."""
+    left: dict[str, str] = field(default_factory=dict)
+    """The driver version each node the run worked on has installed after it."""
+    current: list[str] = field(default_factory=list)
+    """Nodes that already had the target installed, and were left alone."""
 
     def nodes_in(self, state: State) -> list[str]:
         return [node for node, s in self.states.items() if s is state]
@@ -98,6 +106,9 @@ class Rollout:
     max_failures: int = 0
     health_gate: bool = True
     retry_failed: bool = False
+    off_target: Collection[str] = ()
+    """Nodes found without the target installed: an earlier run's RESUMED or SKIPPED for them is stale (a cluster
+    made again, a package moved off its pin since), so they start again from the drain."""
     listener: Listener | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -107,7 +118,12 @@ class Rollout:
         Raises Interrupted when cancelled, after the running phases have stopped; re-raises anything else a
         worker raised (a crash), in both cases with the journal as the only record of where nodes are.
         """
-        latest = {n: e for n, e in self.journal.last_states(self.target).items() if n in self.nodes}
+        stale = {State.RESUMED, State.SKIPPED}
+        latest = {
+            n: e
+            for n, e in self.journal.last_states(self.target).items()
+            if n in self.nodes and not (n in self.off_target and e.state in stale)
+        }
         failed = [n for n, e in latest.items() if e.state is State.FAILED]
         # Retried failures are still drained: like interrupted nodes, they go first.
         retried = failed if self.retry_failed else []

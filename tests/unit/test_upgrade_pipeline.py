@@ -98,6 +98,23 @@ def test_every_node_goes_through_every_phase_in_order(tmp_path: Path) -> None:
     assert journal.entries()[-1].node == RUN
 
 
+def test_a_finished_journal_never_stands_for_a_node_found_off_the_target(tmp_path: Path) -> None:
+    """A cluster made again from scratch, with the journal of an earlier upgrade to the same target: the caller
+    finds every node off the target, so every node goes through every phase again, whatever the journal says."""
+    journal = Journal(tmp_path / "upgrade.jsonl")
+    names = nodes(2)
+    rollout(journal, Cluster(journal, names, max_unavailable=1), names).run()
+    assert journal.finished(TARGET)
+    rebuilt = Cluster(journal, names, max_unavailable=1)  # every node back at the old driver
+    report = rollout(journal, rebuilt, names, off_target=names).run()
+    assert report.complete and set(rebuilt.version.values()) == {TARGET}
+    assert sorted(rebuilt.calls) == sorted((node, p.name) for node in names for p in PHASES)
+    # Without the finding, the journal alone says the work is done: the resume-only behaviour it keeps.
+    untouched = Cluster(journal, names, max_unavailable=1)
+    rollout(journal, untouched, names).run()
+    assert untouched.calls == []
+
+
 def full_run_calls(tmp_path: Path, names: list[str], k: int) -> int:
     journal = Journal(tmp_path / "count.jsonl")
     cluster = Cluster(journal, names, k)
