@@ -125,21 +125,26 @@ class HelmError(Exception):
     """helm refused to render the chart; the message is its stderr."""
 
 
+# The one skip tests/conftest.py lets pass under CI: the chart lives beside a checkout, never in it.
+REFERENCE_ABSENT = "reference material absent:"
+
+
 def chart_path() -> Path:
-    """The pinned chart's folder, or a skip that says it is missing."""
+    """The pinned chart's folder, or a skip that says the reference material beside the checkout is missing."""
     if not (CHART_PATH / "Chart.yaml").is_file():
         pytest.skip(
-            f"{CHART_PATH} is missing: the released GPU Operator chart {CHART_VERSION} is not beside this checkout"
+            f"{REFERENCE_ABSENT} {CHART_PATH} is missing: the released GPU Operator chart {CHART_VERSION} is not "
+            "beside this checkout"
         )
     return CHART_PATH
 
 
 def chart() -> Chart:
-    """The pinned chart and a helm, or a skip that says which is missing."""
+    """The pinned chart and a helm. With the chart there, a missing helm is a failure of the setup, never a skip."""
     path = chart_path()
     helm = find_helm()
     if helm is None:
-        pytest.skip("helm is missing: run scripts/get-helm (or set GPUINFRA_HELM, or put helm on PATH)")
+        pytest.fail(f"helm is missing, and the chart is at {path}: run scripts/get-helm (or set GPUINFRA_HELM)")
     return Chart(path, helm)
 
 
