@@ -208,7 +208,7 @@ def spec_digest(spec: SandboxSpec, container: ContainerSpec) -> str:
 def run_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
     """`podman run` arguments for one host: systemd as PID 1, fake GPUs, a fixed address, labels for `down`.
 
-    GPU hosts also get the recorded nvidia-smi answers (EMULATED_GPUS), read-only. That mount is left out of the
+    GPU hosts also get the hand-written nvidia-smi answers (EMULATED_GPUS), read-only. That mount is left out of the
     digest: its source is wherever this copy of gpuinfra is installed, which is not a setting of the host."""
     mounts = ["--volume", f"{EMULATED_GPUS}:{EMULATED_GPU_TOOLS}:ro"] if container.gpus else []
     return [

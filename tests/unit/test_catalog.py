@@ -295,3 +295,32 @@ def test_debian_archive_facts(name: str, codename: str, branch: int, slurm: str,
 )
 def test_slurm_compatibility_window(newer: str, older: str, compatible: bool) -> None:
     assert catalog.slurm_compatible(newer, older) is compatible
+
+
+RECORDED = Path(__file__).resolve().parent / "data" / "nvidia-smi" / "h100-recorded"
+
+
+def test_the_h100_mig_table_is_the_one_a_real_h100_reports() -> None:
+    """Profile names, instance counts, start slots and sizes, from `nvidia-smi mig -lgip` and `-lgipp` recorded
+    on a real H100 80GB HBM3 (tests/unit/data/nvidia-smi/README.md)."""
+    profiles = {  # profile ID -> (name, instances)
+        int(found["id"]): (found["name"], int(found["total"]))
+        for found in re.finditer(
+            r"^\|\s+\d+\s+MIG (?P<name>\S+)\s+(?P<id>\d+)\s+\d+/(?P<total>\d+)\s",
+            (RECORDED / "nvidia-smi-lgip.txt").read_text(),
+            re.M,
+        )
+    }
+    placements = {  # profile ID -> (start slots, size)
+        int(found["id"]): (tuple(int(slot) for slot in found["slots"].split(",")), int(found["size"]))
+        for found in re.finditer(
+            r"Profile ID\s+(?P<id>\d+) Placements?\s*:\s*\{(?P<slots>[\d,]+)\}:(?P<size>\d+)",
+            (RECORDED / "nvidia-smi-lgipp.txt").read_text(),
+        )
+    }
+    assert len(profiles) == len(placements) == 7
+    recorded = {name: (count, *placements[pid]) for pid, (name, count) in profiles.items()}
+    spec = catalog.lookup("H100-SXM5-80GB")
+    assert spec is not None and "0x2330" in spec.pci_ids
+    catalogued = {p.name: (p.max_count, p.start_slots, p.memory_slices) for p in spec.mig_profiles.values()}
+    assert catalogued == recorded

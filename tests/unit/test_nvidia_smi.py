@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -82,6 +83,28 @@ def test_h100_fields() -> None:
     assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max) == (5, 5, 16, 16)
     assert (g.lost, g.reset_required) == (False, False)
     assert r.gpus[2].pcie_gen_current == 1  # idle link power saving, not a fault
+
+
+RECORDED = DATA / "h100-recorded"
+NVML_FIELDS = (
+    "name", "uuid", "pci_device_id", "temperature_c", "pcie_gen_max", "pcie_width_max", "pcie_width_current",
+    "pcie_gen_current", "persistence_mode", "mig_current", "ecc_mode", "ecc_volatile_uncorrectable",
+    "ecc_aggregate_uncorrectable",
+)  # fmt: skip
+
+
+def test_a_real_h100_recording_parses_to_what_nvml_read_from_the_same_gpu() -> None:
+    """nvidia-smi -q -x recorded on a real H100 (DTD v13), against NVML's reading of the same GPU."""
+    nvml = json.loads((RECORDED / "nvml-reference.json").read_text())
+    r = nv.parse_smi_xml((RECORDED / "nvidia-smi-q-x.xml").read_bytes())
+    assert (r.driver_version, r.attached_gpus, r.dtd) == (nvml["driver_version"], 1, "nvsmi_device_v13.dtd")
+    [gpu] = r.gpus
+    [expected] = nvml["gpus"]
+    assert {f: getattr(gpu, f) for f in NVML_FIELDS} == {f: expected[f] for f in NVML_FIELDS}
+    assert gpu.remapped_rows == expected["remapped"]
+    assert gpu.uuid in (RECORDED / "nvidia-smi-L.txt").read_text()
+    verdict = nv.assess(r, nv.Policy(expected_count=1, expected_pci_ids=("0x2330",), driver_version="580.159.04"), [])
+    assert (verdict["healthy"], verdict["problems"]) == (True, [])
 
 
 def test_h100_unhealthy_fields() -> None:
