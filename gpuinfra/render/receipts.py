@@ -9,6 +9,11 @@ has not drifted. So the digest must change whenever anything the role could read
 - for a role that reads `groups` or `hostvars`, the members of every group, or the named variables of every host.
 
 Facts are not inputs: what a role reads from the host itself is the state its receipt watches.
+
+That digest covers gpuinfra's own inventory. A value may also come from elsewhere: group_vars or host_vars beside a
+plain inventory, ansible-vault, `-e`, an AWX survey. So the inventory also names, per role, the public role
+variables its files read (`NAMES_VARIABLE`), and the receipt's action plugin digests their values as the run sees
+them, whatever their source, into the same receipt.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ruamel.yaml import YAML
+
 from ..collection import ROOT
 
 VARIABLE_PREFIX = "gpuinfra_receipt_"
@@ -30,6 +37,8 @@ HOST_VARIABLE = "gpuinfra_receipts_host"
 any of them gets a digest ending in HOST_MARK, which the receipt's action plugin completes with this one. So each
 host carries one digest of its own, and each role's digest is shared by a whole node group."""
 HOST_MARK = "+host"
+NAMES_VARIABLE = "gpuinfra_receipt_variables"
+"""Inventory variable: role -> the public role variables (those of any role's defaults) its files name."""
 RECEIPT_MODULE = "gpuinfra.cluster.receipt"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
@@ -84,6 +93,25 @@ def receipt_roles() -> tuple[str, ...]:
         for role in sorted((ROOT / "roles").iterdir())
         if any(RECEIPT_MODULE in path.read_text() for path in _files(role / "tasks"))
     )
+
+
+@cache
+def _public_variables() -> frozenset[str]:
+    """Every variable a user may set: the keys of every role's defaults."""
+    yaml = YAML(typ="safe", pure=True)
+    names: set[str] = set()
+    for defaults in (ROOT / "roles").glob("*/defaults/main.yml"):
+        names.update(yaml.load(defaults.read_text()) or {})
+    return frozenset(names)
+
+
+@cache
+def receipt_variables() -> dict[str, list[str]]:
+    """Role -> the public role variables its files (and those of the roles it names) read."""
+    return {
+        role: sorted(set(_IDENTIFIER.findall(_role_sources(role)[1])) & _public_variables())
+        for role in receipt_roles()
+    }
 
 
 def receipt_inputs(

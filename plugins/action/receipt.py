@@ -1,15 +1,19 @@
 # Copyright: gpuinfra maintainers
 # Apache License 2.0 (see LICENSE)
-"""The controller's half of gpuinfra.cluster.receipt: the inputs digests from the inventory and the digests of
-the secrets on the controller, handed to the module that reads and writes the receipts on the host."""
+"""The controller's half of gpuinfra.cluster.receipt: the inputs digests from the inventory, completed with the
+values the run gives the role's variables, and the digests of the secrets on the controller, handed to the module
+that reads and writes the receipts on the host."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
 import os
+import secrets
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 # gpuinfra writes one variable per role into the inventory: gpuinfra_receipt_<role>, the digest of that role's
@@ -18,6 +22,12 @@ INPUTS_PREFIX = "gpuinfra_receipt_"
 # A role's digest that ends in HOST_MARK also covers the host's own variables, whose digest is HOST_INPUTS.
 HOST_INPUTS = "gpuinfra_receipts_host"
 HOST_MARK = "+host"
+# Role -> the public role variables its files read (gpuinfra/render/receipts.py). Their values in this run, from any
+# source (the inventory, group_vars and host_vars, ansible-vault, -e, an AWX survey), are inputs too.
+NAMES = "gpuinfra_receipt_variables"
+# The key those values are digested with (HMAC-SHA256), made once in the controller's secrets folder: what a host
+# keeps in its receipts can never be tested against a guessed password or key.
+VALUES_KEY = "receipts.key"
 
 
 def _sha256(path: str) -> str | None:
@@ -50,6 +60,37 @@ def inputs_digest(digest: str, task_vars: dict[str, Any]) -> str:
     return str(digest)
 
 
+def secrets_folder(task_vars: dict[str, Any]) -> str:
+    """The controller's secrets folder, as the roles that generate secrets name it."""
+    cluster = task_vars.get("gpuinfra_cluster_name") or "cluster"
+    folder = task_vars.get("gpuinfra_secrets_dir") or f"~/.local/share/gpuinfra/{cluster}/secrets"
+    return os.path.expanduser(str(folder))
+
+
+def values_key(folder: str) -> bytes:
+    """The controller's key for digests of values, made once (0600, in a 0700 folder). Forks race to make it: the
+    first link wins and every fork reads the winner's."""
+    path = os.path.join(folder, VALUES_KEY)
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        pass
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secrets.token_bytes(32))
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(temporary)
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
 
@@ -61,19 +102,42 @@ class ActionModule(ActionBase):
         if state == "probe":
             if task_vars.get("gpuinfra_full"):
                 return {**result, "changed": False, "fresh": [], "stale": {}}
-            args["inputs"] = {
+            given = {
                 key[len(INPUTS_PREFIX) :]: inputs_digest(value, task_vars)
                 for key, value in task_vars.items()
                 if key.startswith(INPUTS_PREFIX) and isinstance(value, str)
             }
-            folder = args.pop("secrets_dir", None)
-            args["secrets"] = secret_digests([folder]) if folder and os.path.isdir(os.path.expanduser(folder)) else {}
+            args["inputs"] = {role: self._with_values(role, digest, task_vars) for role, digest in given.items()}
+            folder = os.path.expanduser(str(args.pop("secrets_dir", None) or secrets_folder(task_vars)))
+            args["secrets"] = secret_digests([folder]) if os.path.isdir(folder) else {}
         elif state == "record":
-            inputs = task_vars.get(INPUTS_PREFIX + str(args.get("role")))
+            role = str(args.get("role"))
+            inputs = task_vars.get(INPUTS_PREFIX + role)
             if not isinstance(inputs, str):
                 return {**result, "changed": False, "skipped": True, "msg": "no inputs digest in this inventory"}
-            args["inputs"] = inputs_digest(inputs, task_vars)
+            args["inputs"] = self._with_values(role, inputs_digest(inputs, task_vars), task_vars)
             args["secrets"] = secret_digests([str(path) for path in args.get("secrets") or []])
         else:
             raise AnsibleActionFail("state must be record or probe")
         return {**result, **self._execute_module("gpuinfra.cluster.receipt", module_args=args, task_vars=task_vars)}
+
+    def _with_values(self, role: str, digest: str, task_vars: dict[str, Any]) -> str:
+        """The inventory's digest of a role's inputs, completed with the values this run gives the variables the
+        role reads. They are read from the host's variables (what the inventory, group_vars, host_vars, vault and
+        -e give it, without any role's defaults), so the probe before a role and the record inside it see the same,
+        and templated, so that a vault value reached through `munge_key: "{{ vault_munge_key }}"` counts."""
+        names = (task_vars.get(NAMES) or {}).get(role) or []
+        host = task_vars.get("hostvars", {}).raw_get(task_vars.get("inventory_hostname"))
+        given = {name: host[name] for name in names if name in host}
+        if not given:
+            return digest
+        templar = self._templar.copy_with_new_env(available_variables=host)
+        values = {}
+        for name, value in sorted(given.items()):
+            try:
+                values[name] = templar.template(value)
+            except AnsibleError as exc:  # a value that cannot be templated (an undefined name) counts as written
+                values[name] = f"untemplated {value!r}: {type(exc).__name__}"
+        text = json.dumps(values, sort_keys=True, default=str).encode()
+        key = values_key(secrets_folder(task_vars))
+        return f"{digest}:{hmac.new(key, text, hashlib.sha256).hexdigest()[:24]}"

@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -32,7 +33,10 @@ description:
     at another version, a removed hold, a changed command output) makes it stale, with the reason.
   - Watched state is read only with fixed programs (C(systemctl show), C(dpkg-query)) and the role's own read-only
     commands, never through a shell.
-  - The action plugin of the same name fills O(inputs) and O(secrets) on the controller.
+  - The action plugin of the same name fills O(inputs) and O(secrets) on the controller. It completes each role's
+    inputs digest from the inventory with the values the run gives the public variables the role reads, whatever
+    their source (inventory, group_vars, ansible-vault, extra vars, AWX), digested with a key kept in the
+    controller's secrets folder.
 options:
   state:
     description: Write one role's receipt, or check every receipt on the host.
@@ -61,8 +65,18 @@ options:
     type: list
     elements: str
     default: []
+  folders:
+    description:
+      - Folders the role creates or sets, whose type, mode and owner are watched, but not what is in them (a log
+        or spool folder others write into).
+    type: list
+    elements: str
+    default: []
   services:
-    description: systemd units whose active and enabled states the role sets.
+    description:
+      - systemd units whose active and enabled states the role sets, masked included.
+      - A unit found C(failed) is never converged, so no receipt is written while one is, and a probe that finds
+        one makes the role stale.
     type: list
     elements: str
     default: []
@@ -81,8 +95,16 @@ options:
     type: list
     elements: list
     default: []
+  stale_after:
+    description:
+      - With O(state=record), a time (seconds since the epoch) after which the receipt no longer holds, whatever
+        else is unchanged: when the role's own state expires, such as a certificate due for renewal.
+    type: int
   secrets_dir:
-    description: With O(state=probe), the controller's secrets folder, whose files the action plugin digests.
+    description:
+      - With O(state=probe), the controller's secrets folder, whose files the action plugin digests.
+      - By default the folder the roles generate secrets into, C(gpuinfra_secrets_dir) or
+        C(~/.local/share/gpuinfra/CLUSTER/secrets).
     type: path
   directory:
     description: Where receipts are kept.
@@ -151,6 +173,15 @@ def file_digest(path: str) -> str:
     return digest.hexdigest()
 
 
+def folder_state(path: str) -> str:
+    """Type, mode and owner of a folder itself, or `absent`."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    return f"{info.st_mode:o} {info.st_uid}:{info.st_gid}"
+
+
 def service_states(module: AnsibleModule, units: list[str]) -> dict[str, str]:
     """`ActiveState/UnitFileState` of each unit, from one `systemctl show`."""
     if not units:
@@ -199,11 +230,16 @@ def expand(patterns: list[str]) -> list[str]:
 def watched_state(module: AnsibleModule, watch: dict[str, Any]) -> dict[str, Any]:
     return {
         "paths": {path: file_digest(path) for path in expand(watch.get("paths", []))},
+        "folders": {path: folder_state(path) for path in watch.get("folders", [])},
         "services": service_states(module, watch.get("services", [])),
         "packages": package_states(module, watch.get("packages", [])),
         "globs": {pattern: sorted(glob.glob(pattern)) for pattern in watch.get("globs", [])},
         "commands": {" ".join(argv): command_digest(argv) for argv in watch.get("commands", [])},
     }
+
+
+def failed_units(live: dict[str, Any]) -> list[str]:
+    return sorted(unit for unit, state in live.get("services", {}).items() if state.startswith("failed/"))
 
 
 def differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
@@ -226,17 +262,40 @@ def read_receipt(path: str) -> dict[str, Any] | None:
     return receipt if isinstance(receipt, dict) and receipt.get("format") == FORMAT else None
 
 
+def open_folder(path: str) -> str:
+    """Why the receipts folder cannot be trusted (anyone but root may change it), or empty."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o077:
+        return f"the receipts folder {path} is {stat.filemode(info.st_mode)} owned by uid {info.st_uid}"
+    return ""
+
+
+def secure_folder(path: str) -> None:
+    """The receipts folder as record makes it: root's, 0700, whatever someone changed since."""
+    os.chmod(path, 0o700)
+    if os.lstat(path).st_uid != 0 and os.geteuid() == 0:
+        os.chown(path, 0, 0)
+
+
 def probe(module: AnsibleModule) -> dict[str, Any]:
     inputs = module.params["inputs"] or {}
     if not isinstance(inputs, dict):
         module.fail_json(msg="inputs must map each role to its digest when state=probe")
     fresh, stale = [], {}
+    untrusted = open_folder(module.params["directory"]) if os.geteuid() == 0 else ""
     for role, digest in sorted(inputs.items()):
         receipt = read_receipt(os.path.join(module.params["directory"], f"{role}.json"))
-        if receipt is None:
+        if untrusted:
+            stale[role] = untrusted
+        elif receipt is None:
             stale[role] = "no receipt"
         elif receipt.get("inputs") != digest:
             stale[role] = "its inputs changed"
+        elif receipt.get("stale_after") is not None and time.time() >= receipt["stale_after"]:
+            stale[role] = "what it made expires (a certificate due for renewal)"
         elif any(module.params["secrets"].get(path) != sha for path, sha in receipt.get("secrets", {}).items()):
             stale[role] = "a secret on the controller changed"
         else:
@@ -252,7 +311,7 @@ def record(module: AnsibleModule) -> dict[str, Any]:
     role, inputs = module.params["role"], module.params["inputs"]
     if not role or not isinstance(inputs, str):
         module.fail_json(msg="state=record needs role and the inputs digest of that role")
-    watch = {key: module.params[key] for key in ("paths", "services", "packages", "globs", "commands")}
+    watch = {key: module.params[key] for key in ("paths", "folders", "services", "packages", "globs", "commands")}
     receipt = {
         "format": FORMAT,
         "role": role,
@@ -260,11 +319,19 @@ def record(module: AnsibleModule) -> dict[str, Any]:
         "secrets": module.params["secrets"],
         "watch": watch,
         "state": watched_state(module, watch),
+        "stale_after": module.params["stale_after"],
     }
+    directory = module.params["directory"]
+    target = os.path.join(directory, f"{role}.json")
+    failed = failed_units(receipt["state"])
+    if failed:
+        # Not converged: the next apply runs the role again rather than skip it.
+        if not module.check_mode and os.path.exists(target):
+            os.unlink(target)
+        return {"changed": False, "msg": f"no receipt while a unit has failed: {', '.join(failed)}"}
     if not module.check_mode:
-        directory = module.params["directory"]
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        target = os.path.join(directory, f"{role}.json")
+        secure_folder(directory)
         temporary = f"{target}.tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -282,10 +349,12 @@ def main() -> None:
             "inputs": {"type": "raw"},
             "secrets": {"type": "dict", "default": {}, "no_log": False},
             "paths": {"type": "list", "elements": "str", "default": []},
+            "folders": {"type": "list", "elements": "str", "default": []},
             "services": {"type": "list", "elements": "str", "default": []},
             "packages": {"type": "list", "elements": "str", "default": []},
             "globs": {"type": "list", "elements": "str", "default": []},
             "commands": {"type": "list", "elements": "list", "default": []},
+            "stale_after": {"type": "int"},
             "secrets_dir": {"type": "path"},
             "directory": {"type": "path", "default": "/var/lib/gpuinfra/receipts"},
         },

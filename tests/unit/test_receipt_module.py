@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +51,27 @@ class Host:
         script.write_text(f"#!/bin/sh\n{body}\n")
         script.chmod(0o755)
 
-    def run(self, *tasks: dict[str, Any], inputs: str | None = INPUTS, check: bool = False) -> list[dict[str, Any]]:
-        """Run the tasks in one play on localhost; returns each task's result."""
+    def run(
+        self,
+        *tasks: dict[str, Any],
+        inputs: str | None = INPUTS,
+        check: bool = False,
+        variables: dict[str, Any] | None = None,
+        extra_vars: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run the tasks in one play on localhost; returns each task's result. `variables` go into the inventory,
+        `extra_vars` on the command line (-e)."""
         play = {"hosts": "localhost", "gather_facts": False, "tasks": list(tasks)}
         playbook = self.tmp / "play.yml"
         playbook.write_text(json.dumps([play]))
-        host_vars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        host_vars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **(variables or {})}
         if inputs is not None:
             host_vars["gpuinfra_receipt_demo"] = inputs
         inventory = self.tmp / "inventory.json"
         inventory.write_text(json.dumps({"all": {"hosts": {"localhost": host_vars}}}))
         command = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(playbook), *(["--check"] if check else [])]
+        if extra_vars:
+            command += ["-e", json.dumps(extra_vars)]
         rc, output, _ = self.ansible(command, self.bin)
         results = [task["hosts"]["localhost"] for task in output["plays"][0]["tasks"]]
         assert rc == 0, results
@@ -73,6 +84,7 @@ class Host:
                 "role": "demo",
                 "directory": str(self.receipts),
                 "paths": [str(self.managed), str(self.tmp / "etc" / "*.d"), str(self.library)],
+                "folders": [str(self.managed.parent)],
                 "services": ["demo.service"],
                 "packages": ["demo"],
                 "commands": [["cat", str(self.command_output)]],
@@ -120,6 +132,16 @@ DRIFT = {
         lambda h: h.units.write_text("Id=demo.service\nActiveState=active\nUnitFileState=disabled\n"),
         "services demo.service",
     ),
+    "service masked": (
+        lambda h: h.units.write_text("Id=demo.service\nActiveState=active\nUnitFileState=masked\n"),
+        "services demo.service",
+    ),
+    "folder opened to others": (lambda h: h.managed.parent.chmod(0o777), "folders "),
+    "folder removed": (
+        lambda h: [p.unlink() for p in h.managed.parent.iterdir()] and h.managed.parent.rmdir(),
+        "folders ",
+    ),
+    "receipts folder opened to others": (lambda h: h.receipts.chmod(0o755), "the receipts folder"),
     "package moved off its version": (lambda h: h.packages.write_text("demo\tii \t1.3-1\thold\n"), "packages demo"),
     "hold removed": (lambda h: h.packages.write_text("demo\tii \t1.2-1\tinstall\n"), "packages demo"),
     "package removed": (lambda h: h.packages.write_text(""), "packages demo"),
@@ -184,3 +206,46 @@ def test_packages_that_cannot_be_read_never_count_as_unchanged() -> None:
     assert module.differences(unknown, unknown) == ["packages demo: 'unknown' -> 'unknown'"]
     known = {"packages": {"demo": "1.2-1 hold"}}
     assert module.differences(known, known) == []
+
+
+def test_no_receipt_is_written_while_a_unit_has_failed(host: Host) -> None:
+    """A role whose service failed is not converged: no receipt, so the next apply runs the role again."""
+    host.run(host.record())
+    host.units.write_text("Id=demo.service\nActiveState=failed\nUnitFileState=enabled\n")
+    record, probe = host.run(host.record(), host.probe())
+    assert record["msg"] == "no receipt while a unit has failed: demo.service"
+    assert not (host.receipts / "demo.json").exists()
+    assert probe["stale"] == {"demo": "no receipt"}
+
+
+def test_the_receipt_holds_until_its_stale_after_time(host: Host) -> None:
+    """A certificate's receipt is recorded with its renewal time: past it, the role runs again."""
+    later = {**host.record()["gpuinfra.cluster.receipt"], "stale_after": int(time.time()) + 3600}
+    (probe,) = host.run({"gpuinfra.cluster.receipt": later}, host.probe())[1:]
+    assert probe["fresh"] == ["demo"]
+    due = {**later, "stale_after": int(time.time()) - 1}
+    (probe,) = host.run({"gpuinfra.cluster.receipt": due}, host.probe())[1:]
+    assert probe["stale"] == {"demo": "what it made expires (a certificate due for renewal)"}
+
+
+def test_values_given_outside_the_inventory_digest_are_inputs_too(host: Host) -> None:
+    """The role's public variables, named by gpuinfra_receipt_variables, count with the values the run gives
+    them from any source: here -e, and a template in the inventory that reaches a value given with -e (as
+    `munge_key: "{{ vault_munge_key }}"` reaches a vaulted one). The digest kept on the host is keyed by the
+    controller's secrets folder, so the value itself cannot be tested against it."""
+    variables = {
+        "gpuinfra_receipt_variables": {"demo": ["demo_key", "demo_port"]},
+        "gpuinfra_secrets_dir": str(host.secret.parent),
+        "demo_key": "{{ vault_demo_key }}",
+    }
+    first = {"vault_demo_key": "first-key-first-key", "demo_port": 9100}
+    host.run(host.record(), variables=variables, extra_vars=first)
+    (probe,) = host.run(host.probe(), variables=variables, extra_vars=first)
+    assert probe["fresh"] == ["demo"]
+    for changed in ({**first, "vault_demo_key": "second-key-second"}, {**first, "demo_port": 9101}):
+        (probe,) = host.run(host.probe(), variables=variables, extra_vars=changed)
+        assert probe["stale"] == {"demo": "its inputs changed"}, changed
+    receipt = (host.receipts / "demo.json").read_text()
+    assert "first-key" not in receipt
+    key = host.secret.parent / "receipts.key"
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and len(key.read_bytes()) == 32
