@@ -57,7 +57,12 @@ nvidia-vulkan-common nvidia-vulkan-icd xserver-xorg-video-nvidia
 
 
 # Variables that read what a run found on the host (package facts, registered results).
-NEED_HOST_STATE = {"__nvidia_driver_held_packages", "__nvidia_driver_cache_valid_time"}
+NEED_HOST_STATE = {
+    "__nvidia_driver_held_packages",
+    "__nvidia_driver_cache_valid_time",
+    "__nvidia_driver_kernel_list",
+    "__nvidia_driver_headers",
+}
 
 
 def _yaml(path: Path) -> dict[str, Any]:

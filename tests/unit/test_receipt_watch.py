@@ -1,9 +1,13 @@
-"""A role's receipt watches every file the role writes on its host: a file missing from the watch list could be
-edited by hand and the next apply, skipping the role, would never put it back.
+"""A role's receipt watches everything the role manages on its host: state missing from the watch list could be
+changed by hand and the next apply, skipping the role, would never put it back.
 
-Read from the roles' own task files: every template, copy, lineinfile, blockinfile, get_url and unarchive target
-that is not on the controller must be named by the receipt's `paths`, directly, by the variables it is made of, or
-by a watched folder above it.
+Read from the roles' own task files, for every task that is not run on the controller:
+- every file, folder or link a task writes or sets (template, copy, lineinfile, blockinfile, get_url, unarchive,
+  file) must be named by the receipt's `paths` or `folders`, directly, by the variables it is made of, or by a
+  watched folder above it;
+- every unit a task starts, stops, enables or masks (systemd_service, service) must be named by its `services`;
+- every package a task installs (apt, package, dnf) must be named by its `packages`;
+- every group or user a task creates must be named by its `commands` (a `getent` of it).
 """
 
 from __future__ import annotations
@@ -21,11 +25,17 @@ from gpuinfra.render.receipts import receipt_roles
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITERS = {
-    f"ansible.builtin.{name}" for name in ("template", "copy", "lineinfile", "blockinfile", "get_url", "unarchive")
+    f"ansible.builtin.{name}"
+    for name in ("template", "copy", "lineinfile", "blockinfile", "get_url", "unarchive", "file")
 }
+UNITS = {"ansible.builtin.systemd_service", "ansible.builtin.service"}
+UNIT_CHANGES = {"state", "enabled", "masked"}
+PACKAGES = {"ansible.builtin.apt", "ansible.builtin.package", "ansible.builtin.dnf"}
+ACCOUNTS = {"ansible.builtin.group", "ansible.builtin.user"}
 RECEIPT = "gpuinfra.cluster.receipt"
-_JINJA = re.compile(r"\{\{(.*?)\}\}")
+_JINJA = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PACKAGE_LIST = re.compile(r"_(packages?|headers)$")
 
 
 def _tasks(items: list[dict[str, Any]] | None, on_controller: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
@@ -67,12 +77,26 @@ def _covered(dest: str, loop: Any, watch: list[str] | str) -> bool:
     return bool(names) and all(re.search(rf"\b{name}\b", text) for name in names)
 
 
-@pytest.mark.parametrize("role", receipt_roles())
-def test_the_receipt_watches_every_file_the_role_writes(role: str) -> None:
+def _receipt(role: str) -> tuple[list[tuple[dict[str, Any], bool]], dict[str, Any]]:
     tasks = _role_tasks(role)
     receipts = [task[RECEIPT] for task, _ in tasks if RECEIPT in task]
     assert len(receipts) == 1, f"{role} records {len(receipts)} receipts"
-    watch = receipts[0].get("paths", [])
+    return tasks, receipts[0]
+
+
+def _names(value: Any) -> set[str]:
+    """The variables a templated value is made of, or the value itself when it is literal."""
+    text = str(value)
+    found = {name for expr in _JINJA.findall(text) for name in _NAME.findall(expr)} - {"item"}
+    return found or {text}
+
+
+@pytest.mark.parametrize("role", receipt_roles())
+def test_the_receipt_watches_every_file_the_role_writes(role: str) -> None:
+    tasks, receipt = _receipt(role)
+    paths, folders = receipt.get("paths", []), receipt.get("folders", [])
+    both = isinstance(paths, list) and isinstance(folders, list)
+    watch: list[str] | str = [*paths, *folders] if both else f"{paths} {folders}"
     unwatched = [
         task[module].get("dest") or task[module].get("path")
         for task, on_controller in tasks
@@ -83,6 +107,39 @@ def test_the_receipt_watches_every_file_the_role_writes(role: str) -> None:
         )
     ]
     assert unwatched == [], f"{role} writes files its receipt does not watch: {unwatched}"
+
+
+@pytest.mark.parametrize("role", receipt_roles())
+def test_the_receipt_watches_every_unit_package_and_account_the_role_manages(role: str) -> None:
+    tasks, receipt = _receipt(role)
+    kinds = [(UNITS, "services"), (PACKAGES, "packages"), (ACCOUNTS, "commands")]
+    unwatched = []
+    for task, on_controller in tasks:
+        for modules, kind in kinds:
+            for module in modules & set(task):
+                args = task[module]
+                if on_controller or (kind == "services" and not UNIT_CHANGES & set(args)) or "name" not in args:
+                    continue  # a local .deb (apt's deb:) is the package its name is watched by
+                names = _names(args.get("name")) | (_names(task["loop"]) if "loop" in task else set())
+                if kind == "packages":  # the package lists a name is made of (a version is not a package)
+                    names = {n for n in names if not _JINJA.search(str(args.get("name"))) or _PACKAGE_LIST.search(n)}
+                watch = str(receipt.get(kind, ""))
+                if not all(re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", watch) for name in names):
+                    unwatched.append(f"{module} {args.get('name')} (not in {kind})")
+    assert unwatched == [], f"{role} manages state its receipt does not watch: {unwatched}"
+
+
+def test_every_unit_a_role_enables_is_unmasked_too() -> None:
+    """A masked unit cannot be started: a role that enables a unit must also unmask it, so that one apply puts a
+    masked unit back (its receipt sees the mask as drift)."""
+    masked = [
+        f"{role}: {task.get('name')}"
+        for role in sorted(p.name for p in (ROOT / "roles").iterdir())
+        for task, _ in _role_tasks(role)
+        for module in UNITS & set(task)
+        if task[module].get("enabled") is True and task[module].get("masked") is not False
+    ]
+    assert masked == []
 
 
 def test_every_role_with_a_receipt_skips_itself_first() -> None:
