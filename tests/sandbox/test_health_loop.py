@@ -1,21 +1,24 @@
 """The node health loop on the sandbox's real Slurm: slurmctld runs gpuinfra-health on every GPU node every
 `health.check.interval` (10 s in the sandbox), and the program drains and resumes the node through scontrol.
 
-The sandbox's GPUs are emulated: `gpuinfra-sandbox-gpu STATE` on a GPU node makes nvidia-smi answer with a recorded
-output (and appends the fault's kernel messages to the log the program reads). Everything else is real: the
-program, its checks, slurmctld, slurmd and the jobs.
+The sandbox's GPUs are emulated: `gpuinfra-sandbox-gpu STATE` on a GPU node makes nvidia-smi answer with a
+hand-written output for the installed driver (and appends the fault's kernel messages to the log the program
+reads). Everything else is real: the program, its checks, slurmctld, slurmd and the jobs.
+
+"Within one interval" is held to its word: a drain or a resume must be seen before the second interval ends.
 
 Runs after test_apply_e2e.py (files run in name order), which converges the sandbox; run alone, it converges it.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from harness import MARKS, SANDBOX_CLUSTER, converged, on_host
+from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
 
 from gpuinfra.validate.grammar import duration_seconds
 from gpuinfra.validate.load import load_cluster
@@ -67,7 +70,7 @@ def _restore() -> None:
 
 
 def test_the_program_reads_the_emulated_gpus_as_healthy(interval: int) -> None:
-    """The real checks pass on the recorded healthy answer: count, model, driver pin, DKMS, persistence, XIDs."""
+    """The real checks pass on the hand-written healthy answer: count, model, driver pin, DKMS, persistence, XIDs."""
     done = on_host("gpu02", "gpuinfra-health", "--no-action")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("gpuinfra-health: healthy; no action"), done.stdout
@@ -75,7 +78,7 @@ def test_the_program_reads_the_emulated_gpus_as_healthy(interval: int) -> None:
 
 def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -> None:
     assert on_host("gpu02", SWITCH, "xid79").returncode == 0
-    took = wait_for("gpu02 drained by its health check", lambda: drained(node("gpu02")[0]), interval + 20)
+    took = wait_for("gpu02 drained by its health check", lambda: drained(node("gpu02")[0]), 2 * interval)
     print(f"gpu02 drained {took:.1f} s after its GPU 1 fell off the bus (interval {interval} s)")
     assert node("gpu02")[1] == "gpuinfra-health: xid 79 on GPU 1"
 
@@ -91,17 +94,17 @@ def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -
     time.sleep(interval * 2 + 2)
     assert node("gpu02") == ("drained", "gpuinfra-health: xid 79 on GPU 1")
     assert on_host("gpu02", "gpuinfra-health", "--clear-xids", "--no-action").returncode == 0
-    took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), interval + 20)
+    took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), 2 * interval)
     print(f"gpu02 resumed {took:.1f} s after the operator cleared the XID")
     assert node("gpu02")[1] == ""
 
 
 def test_a_pending_row_remap_drains_until_the_gpu_is_reset(interval: int) -> None:
     assert on_host("gpu02", SWITCH, "row-remap-pending").returncode == 0
-    wait_for("gpu02 drained for its row remap", lambda: drained(node("gpu02")[0]), interval + 20)
+    wait_for("gpu02 drained for its row remap", lambda: drained(node("gpu02")[0]), 2 * interval)
     assert node("gpu02")[1].startswith("gpuinfra-health: GPU 0 (00000000:18:00.0): row remapping is pending")
     assert on_host("gpu02", SWITCH, "healthy").returncode == 0
-    wait_for("gpu02 resumed after the reset", lambda: not drained(node("gpu02")[0]), interval + 20)
+    wait_for("gpu02 resumed after the reset", lambda: not drained(node("gpu02")[0]), 2 * interval)
 
 
 def test_an_admin_drain_survives_many_intervals_healthy_or_not(interval: int) -> None:
@@ -118,6 +121,43 @@ def test_an_admin_drain_survives_many_intervals_healthy_or_not(interval: int) ->
     assert node("gpu01") == ("drained", ADMIN_REASON)
 
 
+def _hold(host: str, state: str, reason: str) -> None:
+    update = ["scontrol", "update", f"NodeName={host}", f"State={state}", f"Reason={shlex.quote(reason)}"]
+    assert on_host("ctl01", *update).returncode == 0
+
+
+def _unchanged_through(seconds: float, expected: dict[str, tuple[str, str]]) -> None:
+    """Sample every node each second for `seconds`: none may leave the state and reason it was given."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for host, (state, reason) in expected.items():
+            seen = node(host)
+            assert seen[0].startswith(state) and seen[1] == reason, (host, seen)
+        time.sleep(1)
+
+
+def test_fail_and_an_upgrades_drain_survive_checks_healthy_or_not(interval: int) -> None:
+    """An admin's FAIL on gpu01 and a driver upgrade's drain on gpu02, through two broken and two healthy checks:
+    the program neither renames the reason nor resumes the node (sampled every second). An admin's DOWN is in the
+    unit tests only: with ReturnToService=2 slurmctld itself returns a DOWN node at its next registration."""
+    held = {"gpu01": ("FAIL", "fail", "fans failing, ticket 4713"),
+            "gpu02": ("DRAIN", "drain", "gpuinfra: driver upgrade to 535.309.01")}  # fmt: skip
+    try:
+        for host, (state, _, reason) in held.items():
+            _hold(host, state, reason)
+        expected = {host: (shown, reason) for host, (_, shown, reason) in held.items()}
+        for host in held:
+            assert on_host(host, SWITCH, "gpu-missing").returncode == 0
+        _unchanged_through(interval * 2 + 2, expected)
+        for host in held:
+            assert on_host(host, SWITCH, "healthy").returncode == 0
+        _unchanged_through(interval * 2 + 2, expected)
+    finally:
+        for host in held:
+            on_host("ctl01", "scontrol", "update", f"NodeName={host}", "State=RESUME")
+        _restore()
+
+
 def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: int) -> None:
     """health.check.on_job_start: the prolog checks the node first. With gpu01 drained by the admin, the job can
     only go to gpu02, broken a moment ago: the prolog fails there, the node is drained, and Slurm puts the job back
@@ -131,7 +171,7 @@ def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: 
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
     try:
-        wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), interval + 20)
+        wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), 2 * interval)
         assert node("gpu02")[1] == "gpuinfra-health: 1 of 2 GPUs visible"
         squeue = on_host("ctl01", "squeue", "--noheader", f"--jobs={job}", shlex.quote("--format=%T|%r"))
         state, _, reason = squeue.stdout.strip().partition("|")
@@ -145,3 +185,23 @@ def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: 
         assert on_host("gpu02", "test", "-e", f"/tmp/job-{job}.out").returncode != 0
     finally:
         on_host("ctl01", "scancel", job)
+
+
+def test_apply_names_a_node_its_health_check_keeps_drained(interval: int) -> None:
+    """A plain apply never fails without a message: with gpu02's GPU gone, it fails on gpu02 saying that the node's
+    health check keeps it drained, and why; once the GPU is back and the check resumed the node, it passes."""
+    assert on_host("gpu02", SWITCH, "gpu-missing").returncode == 0
+    try:
+        wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), 2 * interval)
+        done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes", "--json")
+        doc = json.loads(done.stdout)
+        assert done.returncode == 1, doc
+        [failure] = doc["failures"]
+        assert failure["host"] == "gpu02"
+        assert "stays drained by its node health check" in failure["message"], failure
+        assert "gpuinfra-health: 1 of 2 GPUs visible" in failure["message"], failure
+    finally:
+        _restore()
+    wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
+    done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes", "--json")
+    assert done.returncode == 0, done.stdout[-3000:]
