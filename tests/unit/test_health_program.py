@@ -449,7 +449,7 @@ def test_each_recorded_fault_drains_with_its_reason(node: Node, state: str, reas
         ("IDLE+MAINT", "", "left maint by someone else: no reason"),
     ],
 )
-def test_a_state_someone_else_set_is_never_resumed_nor_renamed(node: Node, state: str, reason: str, action: str) -> None:
+def test_a_state_set_by_another_is_never_resumed_nor_renamed(node: Node, state: str, reason: str, action: str) -> None:
     """An admin's drain, DOWN or FAIL, an upgrade's drain or a maintenance reservation: healthy or broken, the
     program leaves the node's state and reason exactly as they are."""
     node.slurm(state, reason)
