@@ -273,11 +273,15 @@ def open_folder(path: str) -> str:
     return ""
 
 
-def secure_folder(path: str) -> None:
-    """The receipts folder as record makes it: root's, 0700, whatever someone changed since."""
+def secure_folder(path: str) -> bool:
+    """The receipts folder as record makes it: root's, 0700, whatever someone changed since. True if it was not."""
+    info = os.lstat(path)
+    changed = stat.S_IMODE(info.st_mode) != 0o700
     os.chmod(path, 0o700)
-    if os.lstat(path).st_uid != 0 and os.geteuid() == 0:
+    if info.st_uid != 0 and os.geteuid() == 0:
         os.chown(path, 0, 0)
+        changed = True
+    return changed
 
 
 def probe(module: AnsibleModule) -> dict[str, Any]:
@@ -329,16 +333,17 @@ def record(module: AnsibleModule) -> dict[str, Any]:
         if not module.check_mode and os.path.exists(target):
             os.unlink(target)
         return {"changed": False, "msg": f"no receipt while a unit has failed: {', '.join(failed)}"}
+    closed = False
     if not module.check_mode:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        secure_folder(directory)
+        closed = secure_folder(directory)
         temporary = f"{target}.tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump(receipt, handle, sort_keys=True)
         os.replace(temporary, target)
-    # Bookkeeping of gpuinfra's own, not a change to the cluster.
-    return {"changed": False}
+    # Bookkeeping of gpuinfra's own, not a change to the cluster; closing the folder someone opened is one.
+    return {"changed": closed}
 
 
 def main() -> None:
