@@ -184,3 +184,16 @@ def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
     groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "slurm-gpu01"})
     rendered_vars = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
     assert _scenario_vars("one_node.yml") == rendered_vars
+
+
+@pytest.mark.parametrize(("mode", "line"), [("cancel", "CANCEL"), ("requeue", "REQUEUE"), ("suspend", "SUSPEND,GANG")])
+def test_preempt_mode_renders_what_slurm_accepts(tmp_path: Path, mode: str, line: str) -> None:
+    """SUSPEND needs GANG cluster-wide: Slurm resumes suspended jobs through the gang scheduler."""
+    text = SMALL.read_text()
+    assert "preempt_mode: requeue" in text
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(text.replace("preempt_mode: requeue", f"preempt_mode: {mode}"))
+    settings = {
+        k: v for entry in conf(rendered(cluster)["slurm/slurm.conf"]) if len(entry) == 1 for k, v in entry.items()
+    }
+    assert settings["PreemptMode"] == line
