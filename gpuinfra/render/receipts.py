@@ -109,8 +109,7 @@ def _public_variables() -> frozenset[str]:
 def receipt_variables() -> dict[str, list[str]]:
     """Role -> the public role variables its files (and those of the roles it names) read."""
     return {
-        role: sorted(set(_IDENTIFIER.findall(_role_sources(role)[1])) & _public_variables())
-        for role in receipt_roles()
+        role: sorted(set(_IDENTIFIER.findall(_role_sources(role)[1])) & _public_variables()) for role in receipt_roles()
     }
 
 
