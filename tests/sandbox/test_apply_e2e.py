@@ -277,8 +277,8 @@ DRIFTS = {
 
 @pytest.mark.parametrize("kind", DRIFTS)
 def test_a_plain_apply_puts_back_each_kind_of_drift_made_alone(sandbox: Path, kind: str) -> None:
-    """Drift of one kind, made by hand on a converged sandbox, then one plain apply: it is put back, a job runs on
-    the node, and the next apply changes nothing."""
+    """Drift of one kind, made by hand on a converged sandbox, then one plain apply: only the drifted host changes,
+    the drift is put back, and a job runs on the node."""
     drift = DRIFTS[kind]
     key = on_host(drift.host, "sh", "-c", shlex.quote("sha256sum < /etc/munge/munge.key > /tmp/munge.key.sha256"))
     assert key.returncode == 0, key.stderr
@@ -295,8 +295,6 @@ def test_a_plain_apply_puts_back_each_kind_of_drift_made_alone(sandbox: Path, ki
     job = on_host("ctl01", "runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp",
                   "--immediate=120", f"--nodelist={drift.host}", "--gres=gpu:1", "hostname")  # fmt: skip
     assert (job.returncode, job.stdout.strip()) == (0, drift.host), job.stderr
-    code, doc = apply_json(sandbox, "--check", "--detailed-exitcode")
-    assert (code, doc["changes"]) == (0, []), doc["changes"]
 
 
 def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(sandbox: Path) -> None:
