@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     found: dict[str, Installed] = {}
     current: list[str] = []
     if not args.kernel:
-        found = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        try:
+            found = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        except RunError as exc:
+            return _finish(args, out, None, target, handed_over, str(exc), exitcodes.FAILED)
         in_flight = {entry.node for entry in journal.out_of_service(target)}
         current = [n for n in nodes if n in found and found[n].pinned and n not in in_flight]
         nodes = [n for n in nodes if n not in current]
@@ -149,7 +152,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.kernel:
         report.found = {n: found[n].version if n in found else "unknown" for n in [*current, *nodes]}
         report.current = current
-        left = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        try:
+            left = installed_drivers(cluster_inventory(loaded), nodes, extra)
+        except RunError:
+            left = {}  # the nodes' states are known; only the versions they were left at are not
         report.left = {n: left[n].version if n in left else "unknown" for n in nodes}
     code = exitcodes.OK if report.complete else exitcodes.FAILED
     return _finish(args, out, report, target, handed_over, _verdict(report), code)
