@@ -1,8 +1,7 @@
 """Shared by every tier. Under CI (`CI=true`), a skipped test fails the run: a test that cannot run there proves
 nothing, and a tool it needs is for the setup to install. Only the tiers that need what no CI machine has are
-exempt: a real GPU (tests/gpu, the `gpu` mark), a Kubernetes cluster (tests/k8s, and the `kubernetes_node` mark for a
-node's container runtime Debian 12 does not package), and the reference material that is kept beside a checkout
-rather than in it (REFERENCE_ABSENT)."""
+exempt: a real GPU (tests/gpu, the `gpu` mark), a Kubernetes cluster and its nodes' runtimes (tests/k8s), and the
+reference material that is kept beside a checkout rather than in it (REFERENCE_ABSENT)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import os
 import pytest
 
 EXEMPT_TIERS = ("tests/gpu/", "tests/k8s/")
-EXEMPT_MARKS = {"gpu", "kubernetes_node"}
+EXEMPT_MARKS = {"gpu"}
 REFERENCE_ABSENT = "reference material absent:"
 """The start of a skip's reason when ../shared/reference is not beside the checkout (only there, never in it)."""
 

@@ -205,26 +205,6 @@ def test_containerd_rejects_a_broken_dropin(tmp_path: Path) -> None:
     assert "99-nvidia.toml" in result.stderr and "permission denied" not in result.stderr, result.stderr
 
 
-@pytest.mark.kubernetes_node
-def test_containerd_schema_3(tmp_path: Path) -> None:
-    containerd = _binary("containerd")
-    version = _run([containerd, "--version"]).stdout
-    match = re.search(r"\s v?(\d+)\.\d+", version)
-    if match is None or int(match.group(1)) < 2:
-        pytest.skip("schema 3 needs containerd 2.x, a Kubernetes node's runtime; Debian 12 packages 1.6 only")
-    conf_d = tmp_path / "conf.d"
-    conf_d.mkdir()
-    options = {"nvidia_container_toolkit_containerd_config_version": 3,
-               "nvidia_container_toolkit_containerd_dropin_dir": str(conf_d)}  # fmt: skip
-    (tmp_path / "config.toml").write_text(render("containerd-config.toml.j2", **options))
-    (conf_d / "99-nvidia.toml").write_text(render("containerd-nvidia.toml.j2", **options))
-    result = _dump(containerd, tmp_path / "config.toml")
-    assert result.returncode == 0, result.stderr
-    runtimes = tomllib.loads(result.stdout)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
-    assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
-    assert "runc" in runtimes, "containerd 2.x merges the drop-in key by key"
-
-
 # --- docker ----------------------------------------------------------------------------------------------------
 
 
@@ -287,21 +267,6 @@ def test_crio_dropin_structure(default_runtime: bool) -> None:
     runtime = tomllib.loads(text)["crio"]["runtime"]
     assert runtime["runtimes"]["nvidia"] == {"runtime_path": "/usr/bin/nvidia-container-runtime", "runtime_type": "oci"}
     assert (runtime.get("default_runtime") == "nvidia") is default_runtime
-
-
-@pytest.mark.kubernetes_node
-@pytest.mark.parametrize("default_runtime", [False, True])
-def test_crio_reads_the_dropin(tmp_path: Path, default_runtime: bool) -> None:
-    text = render("crio-nvidia.toml.j2", nvidia_container_toolkit_default_runtime=default_runtime)
-    crio = shutil.which("crio")
-    if crio is None:
-        pytest.skip("crio is not installed: CRI-O runs on Kubernetes nodes, and Debian 12 does not package it")
-    conf_d = tmp_path / "crio.conf.d"
-    conf_d.mkdir()
-    (conf_d / "99-nvidia.toml").write_text(text)
-    result = _run([crio, "--config", "", "--config-dir", str(conf_d), "config"])
-    assert result.returncode == 0, result.stderr
-    assert "nvidia-container-runtime" in result.stdout
 
 
 # --- model -> role variables -----------------------------------------------------------------------------------
