@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     model = loaded.model
     policy = model.upgrade
     journal = Journal(Path(args.journal) if args.journal else default_journal(model.name))
-    all_gpu = target_hosts(cluster_inventory(loaded), "gpu_nodes")
+    inventory = cluster_inventory(loaded)  # built once: at fleet scale it is most of the start-up
+    all_gpu = target_hosts(inventory, "gpu_nodes")
     max_unavailable = resolve_max_unavailable(policy.max_unavailable, len(all_gpu))
     drain_timeout = duration_seconds(policy.drain_timeout)
     _print_plan(out, args, loaded, nodes, handed_over, target, journal, max_unavailable)
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     current: list[str] = []
     if not args.kernel:
         try:
-            found = installed_drivers(cluster_inventory(loaded), nodes, extra)
+            found = installed_drivers(inventory, nodes, extra)
         except RunError as exc:
             return _finish(args, out, None, target, handed_over, str(exc), exitcodes.FAILED)
         in_flight = {entry.node for entry in journal.out_of_service(target)}
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     executor = AnsibleExecutor(
-        inventory=cluster_inventory(loaded),
+        inventory=inventory,
         playbook=KERNEL_PLAYBOOK if args.kernel else DRIVER_PLAYBOOK,
         extra_vars={"node_drain_timeout": drain_timeout, "upgrade_reboot": policy.reboot, **extra},
         cancel=cancel,
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         report.found = {n: found[n].version if n in found else "unknown" for n in [*current, *nodes]}
         report.current = current
         try:
-            left = installed_drivers(cluster_inventory(loaded), nodes, extra)
+            left = installed_drivers(inventory, nodes, extra)
         except RunError:
             left = {}  # the nodes' states are known; only the versions they were left at are not
         report.left = {n: left[n].version if n in left else "unknown" for n in nodes}

@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
@@ -107,7 +108,8 @@ class ActionModule(ActionBase):
                 for key, value in task_vars.items()
                 if key.startswith(INPUTS_PREFIX) and isinstance(value, str)
             }
-            args["inputs"] = {role: self._with_values(role, digest, task_vars) for role, digest in given.items()}
+            complete = self._values_digest(task_vars)
+            args["inputs"] = {role: complete(role, digest) for role, digest in given.items()}
             folder = os.path.expanduser(str(args.pop("secrets_dir", None) or secrets_folder(task_vars)))
             args["secrets"] = secret_digests([folder]) if os.path.isdir(folder) else {}
         elif state == "record":
@@ -115,29 +117,36 @@ class ActionModule(ActionBase):
             inputs = task_vars.get(INPUTS_PREFIX + role)
             if not isinstance(inputs, str):
                 return {**result, "changed": False, "skipped": True, "msg": "no inputs digest in this inventory"}
-            args["inputs"] = self._with_values(role, inputs_digest(inputs, task_vars), task_vars)
+            args["inputs"] = self._values_digest(task_vars)(role, inputs_digest(inputs, task_vars))
             args["secrets"] = secret_digests([str(path) for path in args.get("secrets") or []])
         else:
             raise AnsibleActionFail("state must be record or probe")
         return {**result, **self._execute_module("gpuinfra.cluster.receipt", module_args=args, task_vars=task_vars)}
 
-    def _with_values(self, role: str, digest: str, task_vars: dict[str, Any]) -> str:
-        """The inventory's digest of a role's inputs, completed with the values this run gives the variables the
-        role reads. They are read from the host's variables (what the inventory, group_vars, host_vars, vault and
-        -e give it, without any role's defaults), so the probe before a role and the record inside it see the same,
-        and templated, so that a vault value reached through `munge_key: "{{ vault_munge_key }}"` counts."""
-        names = (task_vars.get(NAMES) or {}).get(role) or []
+    def _values_digest(self, task_vars: dict[str, Any]) -> Callable[[str, str], str]:
+        """A function that completes the inventory's digest of a role's inputs with the values this run gives the
+        variables the role reads. They are read from the host's variables (what the inventory, group_vars,
+        host_vars, vault and -e give it, without any role's defaults), once for every role of the probe, so the
+        probe before a role and the record inside it see the same; and templated, so that a vault value reached
+        through `munge_key: "{{ vault_munge_key }}"` counts."""
+        names: dict[str, list[str]] = task_vars.get(NAMES) or {}
         host = task_vars.get("hostvars", {}).raw_get(task_vars.get("inventory_hostname"))
-        given = {name: host[name] for name in names if name in host}
-        if not given:
-            return digest
         templar = self._templar.copy_with_new_env(available_variables=host)
-        values = {}
-        for name, value in sorted(given.items()):
-            try:
-                values[name] = templar.template(value)
-            except AnsibleError as exc:  # a value that cannot be templated (an undefined name) counts as written
-                values[name] = f"untemplated {value!r}: {type(exc).__name__}"
-        text = json.dumps(values, sort_keys=True, default=str).encode()
-        key = values_key(secrets_folder(task_vars))
-        return f"{digest}:{hmac.new(key, text, hashlib.sha256).hexdigest()[:24]}"
+        key: list[bytes] = []  # read, or made, on first use only
+
+        def complete(role: str, digest: str) -> str:
+            given = {name: host[name] for name in names.get(role) or [] if name in host}
+            if not given:
+                return digest
+            values = {}
+            for name, value in sorted(given.items()):
+                try:
+                    values[name] = templar.template(value)
+                except AnsibleError as exc:  # a value that cannot be templated (an undefined name) counts as written
+                    values[name] = f"untemplated {value!r}: {type(exc).__name__}"
+            if not key:
+                key.append(values_key(secrets_folder(task_vars)))
+            text = json.dumps(values, sort_keys=True, default=str).encode()
+            return f"{digest}:{hmac.new(key[0], text, hashlib.sha256).hexdigest()[:24]}"
+
+        return complete
