@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..validate.grammar import DecayHalfLife, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
 from .base import Model
+
+
+# Slurm keeps a suspended job's GRES: a job waiting for GPUs never suspends one that holds them (seen on slurmctld
+# 22.05: the preemptor stays pending for Resources while a cancel or requeue frees the GPUs at once).
+NO_SUSPEND = (
+    "suspend cannot free GPUs: Slurm keeps a suspended job's GPUs (GRES), so a job waiting for them never preempts "
+    "it; use requeue or cancel"
+)
+
+
+def _refuse_suspend(value: object) -> object:
+    if value == "suspend":
+        raise ValueError(NO_SUSPEND)
+    return value
 
 
 class Partition(Model):
@@ -33,7 +47,9 @@ class Qos(Model):
     max_wall: SlurmTime | None = None
     preempt: list[Name] = []
     """QoS whose jobs this QoS may preempt."""
-    preempt_mode: Literal["cancel", "requeue", "suspend"] | None = None
+    preempt_mode: Literal["cancel", "requeue"] | None = None
+
+    _no_suspend = field_validator("preempt_mode", mode="before")(_refuse_suspend)
 
 
 class Account(Model):
@@ -65,8 +81,9 @@ class Slurm(Model):
     qos: dict[Name, Qos] = {}
     accounts: dict[Name, Account] = {}
     priority: Priority = Priority()
-    preempt_mode: Literal["off", "cancel", "requeue", "suspend"] = "off"
+    preempt_mode: Literal["off", "cancel", "requeue"] = "off"
     """Cluster-wide PreemptMode with PreemptType=preempt/qos; `off` disables preemption."""
+    _no_suspend = field_validator("preempt_mode", mode="before")(_refuse_suspend)
     accounting: bool = True
     """Job accounting through slurmdbd and MariaDB (needs a host with the slurm_dbd role)."""
     gres_autodetect: Literal["off", "nvml"] = "off"

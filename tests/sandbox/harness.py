@@ -3,6 +3,8 @@ is missing, and a converged sandbox for a test file run on its own."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,11 +33,40 @@ def gpuinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str
     )
 
 
-def on_host(host: str, *command: str) -> subprocess.CompletedProcess[str]:
+# testinfra's Ansible backend and plain ansible-playbook runs: the ones installed beside this Python.
+VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def plain_playbook(cluster: Path, folder: Path, *args: str) -> dict[str, tuple[int, int, int]]:
+    """`ansible-playbook -i CLUSTER gpuinfra.cluster.site ARGS` without gpuinfra's CLI, with docs/ansible.cfg and
+    this checkout as the collection: each host's (changed, failures, unreachable), from the JSON callback's stats."""
+    collections = folder / "collections"
+    link = collections / "ansible_collections" / "gpuinfra" / "cluster"
+    if not link.exists():
+        link.parent.mkdir(parents=True)
+        link.symlink_to(ROOT)
+    env = {
+        **VENV_ENV,
+        "ANSIBLE_CONFIG": str(ROOT / "docs" / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(collections),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+    }
+    for name in ("ANSIBLE_INVENTORY_ENABLED", "ANSIBLE_PIPELINING", "ANSIBLE_GATHERING"):
+        env.pop(name, None)
+    done = subprocess.run(
+        ["ansible-playbook", "-i", str(cluster), "gpuinfra.cluster.site", *args],
+        cwd=folder, capture_output=True, text=True, timeout=1800, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stats = json.loads(done.stdout)["stats"]
+    return {host: (s["changed"], s["failures"], s["unreachable"]) for host, s in stats.items()}
+
+
+def on_host(host: str, *command: str, cluster: Path = SANDBOX_CLUSTER) -> subprocess.CompletedProcess[str]:
     """Run a command on a sandbox host over SSH, as the runs connect."""
     from gpuinfra.sandbox import ssh
 
-    return ssh(SANDBOX_CLUSTER, host, list(command))
+    return ssh(cluster, host, list(command))
 
 
 def converged() -> Path:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -27,7 +26,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from harness import MARKS, ROOT, SANDBOX_CLUSTER, gpuinfra, on_host
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, VENV_ENV, gpuinfra, on_host, plain_playbook
 from ruamel.yaml import YAML
 
 # A file the driver role writes on every GPU node (the unattended-upgrades blacklist): cheap to take away and
@@ -35,8 +34,6 @@ from ruamel.yaml import YAML
 MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
 
 
-# testinfra's Ansible backend runs ansible-inventory: the one installed beside this Python.
-VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 # tests/infra is the suite users run on a fleet: on the sandbox's emulated GPUs its checks that need a GPU skip (its
 # GPU tier), so it runs without CI's rule that a skip fails, and the test below allows those skips and no other.
 FLEET_SUITE_ENV = {key: value for key, value in VENV_ENV.items() if key != "CI"}
@@ -93,24 +90,7 @@ def test_plain_ansible_playbook_with_the_inventory_plugin_changes_nothing(
     the sandbox apply converged: the inventory plugin gives the playbooks the inputs apply gives them, so nothing
     changes. The outcome is read from the JSON callback's stats, never from printed output."""
     assert converged[1]["failures"] == [], converged[1]["failures"]
-    collections = tmp_path / "collections"
-    (collections / "ansible_collections" / "gpuinfra").mkdir(parents=True)
-    (collections / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
-    env = {
-        **VENV_ENV,
-        "ANSIBLE_CONFIG": str(ROOT / "docs" / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(collections),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-    }
-    for name in ("ANSIBLE_INVENTORY_ENABLED", "ANSIBLE_PIPELINING", "ANSIBLE_GATHERING"):
-        env.pop(name, None)
-    done = subprocess.run(
-        ["ansible-playbook", "-i", str(sandbox), "gpuinfra.cluster.site"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=1800, check=False, env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    stats = json.loads(done.stdout)["stats"]
-    outcome = {host: (s["changed"], s["failures"], s["unreachable"]) for host, s in stats.items()}
+    outcome = plain_playbook(sandbox, tmp_path)
     assert outcome == dict.fromkeys(["ctl01", "gpu01", "gpu02"], (0, 0, 0)), outcome
 
 

@@ -186,9 +186,8 @@ def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
     assert _scenario_vars("one_node.yml") == rendered_vars
 
 
-@pytest.mark.parametrize(("mode", "line"), [("cancel", "CANCEL"), ("requeue", "REQUEUE"), ("suspend", "SUSPEND,GANG")])
+@pytest.mark.parametrize(("mode", "line"), [("cancel", "CANCEL"), ("requeue", "REQUEUE")])
 def test_preempt_mode_renders_what_slurm_accepts(tmp_path: Path, mode: str, line: str) -> None:
-    """SUSPEND needs GANG cluster-wide: Slurm resumes suspended jobs through the gang scheduler."""
     text = SMALL.read_text()
     assert "preempt_mode: requeue" in text
     cluster = tmp_path / "cluster.yml"

@@ -1,7 +1,7 @@
 """`gpuinfra upgrade`: what it refuses, what it hands over to the GPU Operator, and its -e forms.
 
 These paths end before any host is contacted; the runs themselves are covered by test_upgrade_pipeline.py (the
-controller) and the `upgrade` Molecule scenario (real Slurm, real DKMS).
+controller) and tests/sandbox/test_cluster_life.py (real Slurm, real DKMS).
 """
 
 from __future__ import annotations
