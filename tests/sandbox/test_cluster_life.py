@@ -16,7 +16,8 @@ the health program on at its 10 s interval. The steps build on each other, in fi
    through the secrets folder with gpuinfra apply;
 7. the monitoring certificates at their renewal time;
 8. hand-made drift of several kinds at once;
-9. a no-op.
+9. a user taken out of the cluster file;
+10. a no-op.
 
 Each step runs inside `sampled()`: slurmctld's view of the GPU nodes is sampled every half second on the controller
 through the step and for 3 health intervals after it. No node may be out of service unless the step takes it out on
@@ -29,15 +30,18 @@ node. `gpuinfra sandbox down tests/sandbox/life/cluster.yml` removes the cluster
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
 import os
 import secrets
 import shlex
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,16 +478,22 @@ def test_7_the_monitoring_certificates_at_their_renewal_time(life: Life) -> None
         assert code == 2 and doc["failures"] == [], doc["failures"]
     for host in hosts:  # valid for the role's 825 days again
         assert sh(host, f"openssl x509 -noout -checkend 70000000 -in {CERT}").returncode == 0, host
-    # Prometheus scrapes every host over HTTPS with the renewed certificates.
+    # Prometheus scrapes every host over HTTPS with the renewed certificates, and answers over HTTPS itself.
+    address = load_cluster(life.file).resolved.hosts["ctl01"].address
+    context = ssl.create_default_context(cafile=str(SECRETS / "monitoring-ca.crt"))
+    login = b"prometheus:" + (SECRETS / "monitoring-prometheus-password").read_bytes().strip()
+    headers = {"Authorization": "Basic " + base64.b64encode(login).decode()}
+    request = urllib.request.Request(f"https://{address}:9090/api/v1/targets", headers=headers)
     deadline = time.monotonic() + 120
     while True:
-        targets = json.loads(ok("ctl01", "curl -sf --cacert /etc/gpuinfra/monitoring-tls/ca.crt "
-                                         "https://ctl01:9090/api/v1/targets"))  # fmt: skip
-        health = {t["labels"]["instance"]: t["health"] for t in targets["data"]["activeTargets"]}
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            targets = json.load(answer)["data"]["activeTargets"]
+        health = {t["scrapeUrl"]: t["health"] for t in targets}
         if set(health.values()) == {"up"} or time.monotonic() > deadline:
             break
         time.sleep(5)
     assert set(health.values()) == {"up"} and len(health) >= len(hosts), health
+    assert all(url.startswith("https://") for url in health), health
     serves(life)
 
 
@@ -510,7 +520,23 @@ def test_8_hand_made_drift_put_back_by_one_plain_apply(life: Life) -> None:
     serves(life)
 
 
-def test_9_a_no_op(life: Life) -> None:
+def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None:
+    """bob leaves nlp in the cluster file: one plain apply removes his association, so Slurm refuses his jobs."""
+    yaml = YAML()
+    data = yaml.load(life.file.read_text())
+    data["slurm"]["accounts"]["nlp"]["users"] = []
+    with life.file.open("w") as out:
+        yaml.dump(data, out)
+    with sampled(life):
+        code, doc = apply_json(life)
+        assert code == 2 and doc["failures"] == [], doc["failures"]
+    assert ok("ctl01", "sacctmgr --noheader --parsable2 show assoc where user=bob format=Account").strip() == ""
+    refused = sh("ctl01", "runuser -u bob -- srun --partition=nlp --chdir=/tmp --immediate=30 true")
+    assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
+    serves(life)
+
+
+def test_10_a_no_op(life: Life) -> None:
     with sampled(life):
         next_apply_changes_nothing(life)
     jobs_run_on_every_node(life)

@@ -105,14 +105,13 @@ def test_changed_share_and_parent() -> None:
     ]
 
 
-def test_removed_account_and_user_are_reported_not_deleted() -> None:
+def test_a_removed_user_loses_the_association_and_a_removed_account_is_reported_not_deleted() -> None:
     accounts = [a for a in WANTED["slurm_accounting_accounts"] if a["name"] != "teamb"]
     accounts = [{**a, "users": []} if a["name"] == "teama" else a for a in accounts]
     qos = [q for q in WANTED["slurm_accounting_qos"] if q["name"] != "onegpu"]
     commands, unmanaged = plan(have("qos"), have("assoc"), qos=qos, accounts=accounts)
-    assert not any(c[0] == "delete" for c in commands)
-    assert commands == []
-    assert unmanaged == ["qos onegpu", "account teamb", "user alice in account teama"]
+    assert commands == [["delete", "user", "where", "name=alice", "account=teama", f"cluster={CLUSTER}"]]
+    assert unmanaged == ["qos onegpu", "account teamb"]
 
 
 @pytest.mark.parametrize(
