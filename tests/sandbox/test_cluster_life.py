@@ -9,9 +9,9 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 3. a fourth GPU node added while a job runs;
 4. a driver upgrade to another real version (535.261.03 -> 535.309.01, bookworm-security): a canary, then a window
    of 2, each node restarted, a job running on the canary, and gpuinfra killed mid-run and run again;
-5. a kernel update that installs bookworm-backports' kernel package: first stopped at the canary by a held dpkg
-   lock, then by the canary's failing health gate, then retried to the end (on gpu01 and gpu02: each node's new
-   kernel costs a DKMS build of about 5 minutes on 2 cores);
+5. a kernel update that installs bookworm-backports' kernel package on gpu01: first stopped by a held dpkg lock,
+   then by its failing health gate, then retried to the end (one node: each node's new kernel costs a DKMS build
+   of about 5 minutes on 2 cores, and the window is step 4's);
 6. the Munge key and the slurmdbd password rotated through ansible-vault with plain ansible-playbook, then the key
    through the secrets folder with gpuinfra apply;
 7. the monitoring certificates at their renewal time;
@@ -58,7 +58,7 @@ LIFE = Path(__file__).resolve().parent / "life" / "cluster.yml"
 SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "life" / "secrets"
 OLD, NEW = "535.261.03", "535.309.01"
 KERNEL_RELEASE = "bookworm-backports"
-KERNEL_NODES = ("gpu01", "gpu02")
+KERNEL_NODES = ("gpu01",)
 SWITCH = "/usr/local/lib/gpuinfra-sandbox/gpuinfra-sandbox-gpu"
 SERVING = {"idle", "mixed", "allocated", "completing", "planned"}
 # States a node is taken out of service in, by an admin, a program or a failure. A node the controller has not
@@ -393,7 +393,6 @@ def test_5_a_kernel_update_through_a_held_lock_and_a_failing_health_gate(life: L
         code, report = _kernel_update(life, journal, "-e", "upgrade_lock_timeout=15")
         assert code == 1 and report["nodes"]["gpu01"]["state"] == "failed", report
         assert "python3 (PID " in report["nodes"]["gpu01"]["reason"], report["nodes"]["gpu01"]
-        assert report["not_started"] == ["gpu02"], report
         ok("gpu01", "systemctl stop life-dpkg-lock")
 
         # 2. The canary's GPU fails after the update: the health gate keeps it drained with the reason.
@@ -403,7 +402,7 @@ def test_5_a_kernel_update_through_a_held_lock_and_a_failing_health_gate(life: L
         sinfo = ok("ctl01", "sinfo --noheader --Node --nodes=gpu01 --format='%T|%E'")
         assert sinfo.startswith("drained|gpuinfra: kernel update failed") and "health" in sinfo, sinfo
 
-        # 3. Repaired, the retry takes both nodes to the end.
+        # 3. Repaired, the retry takes it to the end.
         ok("gpu01", f"{SWITCH} healthy && gpuinfra-health --clear-xids --no-action")
         code, report = _kernel_update(life, journal, "--retry-failed")
         assert code == 0 and {n: r["state"] for n, r in report["nodes"].items()} == dict.fromkeys(
