@@ -3,11 +3,15 @@ is missing, and a converged sandbox for a test file run on its own."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -67,6 +71,28 @@ def on_host(host: str, *command: str, cluster: Path = SANDBOX_CLUSTER) -> subpro
     from gpuinfra.sandbox import ssh
 
     return ssh(cluster, host, list(command))
+
+
+def scrape_health(cluster: Path, secrets: Path, scheme: str) -> dict[str, str]:
+    """Each of Prometheus's scrape URLs and its health, asked with Prometheus's password (and over HTTPS verified
+    against the cluster's CA), once every target is up or after two minutes."""
+    from gpuinfra.validate.load import load_cluster
+
+    address = load_cluster(cluster).resolved.hosts["ctl01"].address
+    context = ssl.create_default_context(cafile=str(secrets / "monitoring-ca.crt")) if scheme == "https" else None
+    login = b"prometheus:" + (secrets / "monitoring-prometheus-password").read_bytes().strip()
+    request = urllib.request.Request(
+        f"{scheme}://{address}:9090/api/v1/targets",
+        headers={"Authorization": "Basic " + base64.b64encode(login).decode()},
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            targets = json.load(answer)["data"]["activeTargets"]
+        health = {t["scrapeUrl"]: t["health"] for t in targets if t["labels"]["job"] != "dcgm_exporter"}
+        if set(health.values()) == {"up"} or time.monotonic() > deadline:
+            return health
+        time.sleep(5)
 
 
 def converged() -> Path:

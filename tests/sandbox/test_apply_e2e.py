@@ -26,7 +26,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from harness import MARKS, ROOT, SANDBOX_CLUSTER, VENV_ENV, gpuinfra, on_host, plain_playbook
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, VENV_ENV, gpuinfra, on_host, plain_playbook, scrape_health
 from ruamel.yaml import YAML
 
 # A file the driver role writes on every GPU node (the unattended-upgrades blacklist): cheap to take away and
@@ -108,7 +108,7 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
 
 
 def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path) -> None:
-    """The rest of site.yml's end state: each partition of the cluster file, and the monitoring services."""
+    """The rest of site.yml's end state: each partition of the cluster file, and monitoring at work."""
     sinfo = on_host("ctl01", "sinfo", "--noheader", shlex.quote("--format=%R %D %G"))
     assert sinfo.returncode == 0, sinfo.stderr
     assert sorted(sinfo.stdout.splitlines()) == ["nlp 2 gpu:l4:2", "scavenger 2 gpu:l4:2", "vision 2 gpu:l4:2"]
@@ -120,6 +120,10 @@ def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path
     for host, names in units.items():
         active = on_host(host, "systemctl", "is-active", *names)
         assert active.stdout.split() == ["active"] * len(names), (host, active.stdout)
+    # The default, plain HTTP with basic auth: Prometheus scrapes every host's exporter, Alertmanager and itself.
+    health = scrape_health(sandbox, "http")
+    assert set(health.values()) == {"up"} and len(health) >= 5, health
+    assert all(url.startswith("http://") for url in health), health
 
 
 def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Path, tmp_path: Path) -> None:
@@ -194,87 +198,6 @@ def test_check_reports_pending_changes_without_making_them(sandbox: Path) -> Non
 def test_check_after_apply_reports_nothing_pending(sandbox: Path) -> None:
     code, doc = apply_json(sandbox, "--check", "--detailed-exitcode")
     assert (code, doc["status"], doc["changes"]) == (0, "ok", [])
-
-
-# Newer than the sandbox's pinned driver, in Debian's security archive: what an unattended upgrade would install.
-OFF_PIN_DRIVER = "535.309.01-0+deb12u1"
-
-
-def _shell(host: str, script: str) -> subprocess.CompletedProcess[str]:
-    return on_host(host, "sh", "-c", shlex.quote(script))  # ssh joins the words into one line for the remote shell
-
-
-@dataclasses.dataclass(frozen=True)
-class Drift:
-    host: str
-    make: str
-    """A shell script run on the host: the drift, made by hand."""
-    check: str
-    """A shell script that exits 0 once the drift is put back."""
-
-
-# Each kind of drift a skipped role could hide, made alone on the converged sandbox, then one plain apply.
-DRIFTS = {
-    "a managed file edited": Drift(
-        "gpu01", "echo DebugFlags=Gres >> /etc/slurm/slurm.conf", "! grep -q DebugFlags=Gres /etc/slurm/slurm.conf"
-    ),
-    "a service stopped and disabled": Drift(
-        "gpu02",
-        "systemctl disable --now prometheus-node-exporter",
-        "systemctl is-enabled prometheus-node-exporter && systemctl is-active prometheus-node-exporter",
-    ),
-    "a service masked": Drift(
-        "gpu02",
-        "systemctl mask --now prometheus-node-exporter",
-        "systemctl is-enabled prometheus-node-exporter && systemctl is-active prometheus-node-exporter",
-    ),
-    # nvidia-smi alone, past the pin (its libraries stay), as a half-finished upgrade leaves it.
-    "a package off its pin": Drift(
-        "gpu01",
-        f"cd /tmp && apt-get download -q nvidia-smi={OFF_PIN_DRIVER} && dpkg -i --force-depends nvidia-smi_*.deb "
-        "&& rm -f nvidia-smi_*.deb",
-        'test "$(dpkg-query -W -f \'${Version}\' nvidia-smi)" = 535.261.03-1 && test -z "$(dpkg --audit)"',
-    ),
-    "a hold removed": Drift("gpu02", "apt-mark unhold libnvidia-ml1", "apt-mark showhold | grep -qx libnvidia-ml1"),
-    "the Munge key changed": Drift(
-        "gpu02",
-        "head -c 1024 /dev/urandom > /etc/munge/munge.key && systemctl restart munge",
-        "sha256sum < /etc/munge/munge.key | cmp -s - /tmp/munge.key.sha256",  # the sum kept before the drift
-    ),
-    "the health program's settings folder opened to others": Drift(
-        "gpu01", "chmod 0777 /etc/gpuinfra", 'test "$(stat -c %a /etc/gpuinfra)" = 755'
-    ),
-    "the Munge key's folder opened to others": Drift(
-        "gpu02", "chmod 0755 /etc/munge", 'test "$(stat -c %a /etc/munge)" = 700'
-    ),
-    "the receipts folder opened to others": Drift(
-        "gpu01",
-        "chmod 0777 /var/lib/gpuinfra/receipts",
-        'test "$(stat -c %a /var/lib/gpuinfra/receipts)" = 700',
-    ),
-}
-
-
-@pytest.mark.parametrize("kind", DRIFTS)
-def test_a_plain_apply_puts_back_each_kind_of_drift_made_alone(sandbox: Path, kind: str) -> None:
-    """Drift of one kind, made by hand on a converged sandbox, then one plain apply: only the drifted host changes,
-    the drift is put back, and a job runs on the node."""
-    drift = DRIFTS[kind]
-    key = on_host(drift.host, "sh", "-c", shlex.quote("sha256sum < /etc/munge/munge.key > /tmp/munge.key.sha256"))
-    assert key.returncode == 0, key.stderr
-    done = _shell(drift.host, drift.make)
-    assert done.returncode == 0, (drift.make, done.stdout[-2000:], done.stderr[-2000:])
-    assert _shell(drift.host, drift.check).returncode != 0, f"{kind}: the drift did not happen"
-
-    code, doc = apply_json(sandbox, "--yes", "--detailed-exitcode")
-    assert doc["failures"] == [], doc["failures"]
-    assert code == 2 and {change["host"] for change in doc["changes"]} == {drift.host}, doc["changes"]
-    put_back = _shell(drift.host, drift.check)
-    assert put_back.returncode == 0, (kind, put_back.stdout, put_back.stderr)
-    # munged and slurmd serve the node again: a job authenticates to the controller and back.
-    job = on_host("ctl01", "runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp",
-                  "--immediate=120", f"--nodelist={drift.host}", "--gres=gpu:1", "hostname")  # fmt: skip
-    assert (job.returncode, job.stdout.strip()) == (0, drift.host), job.stderr
 
 
 def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(sandbox: Path) -> None:
