@@ -64,6 +64,7 @@ def playbook_vars(slurm: Slurm, queries: Sequence[Query], window: Window | None 
             raise ValueError("sacct needs a window")
         found |= {
             "gpuinfra_report_sacct_format": sacct.FORMAT,
+            "gpuinfra_report_separator": sacct.SEPARATOR,
             "gpuinfra_report_start": sacct_time(window.since),
             "gpuinfra_report_end": sacct_time(window.until),
         }

@@ -9,7 +9,22 @@ from collections.abc import Sequence
 from .idle import IdleReport
 from .usage import GROUPINGS, GroupUsage, UsageReport, hours
 
+# A spreadsheet runs a cell that starts with one of these as a formula (a tab or carriage return starts one too).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
 CSV_COLUMNS = ("by", "name", "jobs", "gpu_hours", "gpu_hours_measured", "mean_util_pct", "mean_fb_used_mib", "note")
+
+
+def _csv(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """CSV where every text cell stays a text: one a spreadsheet would run as a formula (an account named
+    `=HYPERLINK(...)`) gets a leading `'`, which spreadsheets show as text and do not print."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
+                         for cell in row])  # fmt: skip
+    return buffer.getvalue()
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
@@ -65,13 +80,11 @@ def usage_table(report: UsageReport) -> str:
 
 
 def usage_csv(report: UsageReport) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    rows = []
     for name, key, _ in GROUPINGS:
         for group in report.groups(name):
             row = group.as_dict(key, report.not_collected)
-            writer.writerow(
+            rows.append(
                 [
                     key,
                     group.name,
@@ -83,7 +96,7 @@ def usage_csv(report: UsageReport) -> str:
                     row["util_note"] or "",
                 ]
             )
-    return buffer.getvalue()
+    return _csv(CSV_COLUMNS, rows)
 
 
 IDLE_CSV_COLUMNS = ("job_id", "user", "account", "partition", "gpus", "idle_gpus", "idle_minutes", "at_least")
@@ -118,12 +131,9 @@ def idle_table(report: IdleReport) -> str:
 
 
 def idle_csv(report: IdleReport) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(IDLE_CSV_COLUMNS)
-    for job in report.jobs:
-        j = job.job
-        writer.writerow(
-            [j.job_id, j.user, j.account, j.partition, j.gpus, len(job.gpus), job.idle_minutes, job.at_least]
-        )
-    return buffer.getvalue()
+    rows = [
+        [job.job.job_id, job.job.user, job.job.account, job.job.partition, job.job.gpus, len(job.gpus),
+         job.idle_minutes, job.at_least]
+        for job in report.jobs
+    ]  # fmt: skip
+    return _csv(IDLE_CSV_COLUMNS, rows)

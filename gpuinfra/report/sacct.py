@@ -1,4 +1,4 @@
-"""Slurm's accounting records as sacct prints them with `--parsable2` (fields joined by `|`, no trailing one).
+"""Slurm's accounting records as sacct prints them with `--parsable2 --delimiter=SEPARATOR` (no trailing one).
 
 The playbook runs sacct with `TZ=UTC` and `SLURM_TIME_FORMAT=standard`, so every time is ISO 8601 in UTC
 (`2024-05-01T10:00:00`), whatever the controller's own time zone is.
@@ -7,6 +7,7 @@ The playbook runs sacct with `TZ=UTC` and `SLURM_TIME_FORMAT=standard`, so every
 from __future__ import annotations
 
 import re
+import secrets
 from calendar import timegm
 from dataclasses import dataclass
 from time import strptime
@@ -28,6 +29,11 @@ FIELDS: tuple[str, ...] = (
     "AllocTRES",
 )
 FORMAT = ",".join(FIELDS)
+
+# What sacct and squeue put between fields: `|` around 16 random hex digits, drawn anew by each gpuinfra process.
+# Slurm takes `|` (and most else) in account, user and partition names, but no name can hold a string nobody
+# knew before the run.
+SEPARATOR = f"|{secrets.token_hex(8)}|"
 
 # Values sacct prints for a time it does not know (a job not started yet, or still running).
 _NO_TIME = frozenset({"", "Unknown", "None", "N/A"})
@@ -108,15 +114,30 @@ def gpus_of_tres(tres: str) -> int:
     return total if total is not None else typed
 
 
-def parse_sacct(text: str) -> list[JobRecord]:
-    """Every line of `sacct --parsable2 --noheader --format=FORMAT` output, in order."""
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+def split_records(text: str, width: int, command: str) -> list[list[str]]:
+    """Output of `width` fields per record, SEPARATOR between fields: the records, each a list of its fields.
+
+    A record ends at the first newline after its last field: that field (a TRES string) and the next record's first
+    (a job id) never hold one, so a name in between may hold anything, a newline or a `|` included."""
+    tokens = text.rstrip("\n").split(SEPARATOR) if text.strip() else []
+    records: list[list[str]] = []
+    fields: list[str] = []
+    for token in tokens:
+        if len(fields) < width - 1:
+            fields.append(token)
             continue
-        fields = line.split("|")
-        if len(fields) != len(FIELDS):
-            raise ParseError(f"sacct line {number} has {len(fields)} fields, not {len(FIELDS)}: {line!r}")
+        last, newline, first = token.partition("\n")
+        records.append([*fields, last])
+        fields = [first] if newline else []
+    if fields:
+        raise ParseError(f"{command} record {len(records) + 1} has {len(fields)} fields, not {width}: {fields!r}")
+    return records
+
+
+def parse_sacct(text: str) -> list[JobRecord]:
+    """Every record of `sacct --parsable2 --delimiter=SEPARATOR --noheader --format=FORMAT` output, in order."""
+    records = []
+    for fields in split_records(text, len(FIELDS), "sacct"):
         row = dict(zip(FIELDS, fields, strict=True))
         records.append(
             JobRecord(

@@ -1,16 +1,16 @@
-"""Running jobs as squeue prints them with `--Format=JobID:0|,UserName:0|,...` (each field at its full width,
-followed by `|`; the last one, the allocated TRES, by nothing)."""
+"""Running jobs as squeue prints them with `--Format=JobID:0SEPARATOR,UserName:0SEPARATOR,...` (each field at its
+full width, followed by sacct.SEPARATOR; the last one, the allocated TRES, by nothing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sacct import ParseError, gpus_of_tres
+from .sacct import SEPARATOR, gpus_of_tres, split_records
 
 # squeue's long format names, in output order. JobID is the job's own number (an array task's too), the one in
 # the DCGM job mapping; a width of 0 prints a field whole, unpadded.
 FIELDS: tuple[str, ...] = ("JobID", "UserName", "Account", "Partition", "tres-alloc")
-FORMAT = ",".join(f"{name}:0|" for name in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
+FORMAT = ",".join(f"{name}:0{SEPARATOR}" for name in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,7 @@ class RunningJob:
 def parse_squeue(text: str) -> dict[str, RunningJob]:
     """Running jobs by job id, from `squeue --noheader --states=RUNNING --Format=FORMAT`."""
     jobs: dict[str, RunningJob] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        # The TRES string has commas but never a `|`, so it is whatever follows the fourth one.
-        fields = line.rstrip("\n").split("|", len(FIELDS) - 1)
-        if len(fields) != len(FIELDS):
-            raise ParseError(f"squeue line {number} has {len(fields)} fields, not {len(FIELDS)}: {line!r}")
+    for fields in split_records(text, len(FIELDS), "squeue"):
         job_id, user, account, partition, tres = (field.strip() for field in fields)
         jobs[job_id] = RunningJob(job_id, user, account, partition, gpus_of_tres(tres))
     return jobs

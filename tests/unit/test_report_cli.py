@@ -13,6 +13,7 @@ import pytest
 from gpuinfra.cli import main
 from gpuinfra.cli import report as report_cli
 from gpuinfra.report.collect import Answer, Collected, ReportError
+from gpuinfra.report.sacct import SEPARATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = str(ROOT / "inventories" / "sandbox" / "cluster.yml")
@@ -22,7 +23,7 @@ K8S = str(ROOT / "inventories" / "k8s-mig" / "cluster.yml")
 SACCT = (
     "11|11|alice|vision|vision|COMPLETED|{a}|{b}|00:30:00|billing=1,cpu=1,gres/gpu=1,mem=1G,node=1\n"
     "12|12|bob|nlp|nlp|COMPLETED|{a}|{b}|00:30:00|billing=2,cpu=2,gres/gpu=2,mem=1G,node=1\n"
-)
+).replace("|", SEPARATOR)
 
 
 def _sacct_now() -> str:

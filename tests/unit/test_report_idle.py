@@ -89,3 +89,13 @@ def test_table_and_csv() -> None:
     ]
     empty = idle_table(idle_report(RULE, [], {}))
     assert "No running job has an idle GPU." in empty
+
+
+def test_csv_cells_a_spreadsheet_would_run_stay_text() -> None:
+    """Names starting with =, +, -, @, a tab or a carriage return get a leading `'`; numbers and other names not."""
+    names = ['=HYPERLINK("http://x")', "+1", "-2+3", "@SUM(A1)", "\tx", "\rx", "alice", "a=b"]
+    jobs = {str(i): RunningJob(str(i), name, "vision", name, 1) for i, name in enumerate(names)}
+    report = idle_report(RULE, [IdleGpu(f"gpu01:{i}", str(i), 2400, False) for i in range(len(names))], jobs)
+    rows = list(csv.DictReader(io.StringIO(idle_csv(report))))
+    assert {r["user"] for r in rows} == {"'" + name for name in names[:6]} | {"alice", "a=b"}
+    assert all(r["user"] == r["partition"] and r["gpus"] == "1" and r["idle_minutes"] == "40" for r in rows), rows
