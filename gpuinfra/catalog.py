@@ -55,6 +55,9 @@ class GpuSpec:
     requires_open_modules: bool
     slurm_type: str
     """The Slurm GRES type of a whole GPU of this model (`Name=gpu Type=...`)."""
+    nvswitch_board: bool
+    """Made for boards whose GPUs meet at NVSwitch chips (HGX/DGX and Grace systems), which need the fabric manager;
+    a PCIe card has at most an NVLink bridge to one other card, and no NVSwitch."""
     mig_profiles: MappingProxyType[str, MigProfile] = field(default_factory=lambda: MappingProxyType({}))
     mig_compute_slices: int = 0
     mig_memory_slices: int = 0
@@ -220,6 +223,11 @@ _MODELS: tuple[_Row, ...] = (
     ("RTX-PRO-6000-Blackwell-Server", "blackwell", 96, ("0x2BB5",), 575, "rtx_pro_6000", _RTX_PRO_6000),
 )
 
+# The socketed (SXM) parts and the Grace superchips: the GPUs of NVSwitch boards. HGX H20 is SXM, though not named so.
+_NVSWITCH_BOARDS = frozenset(
+    {row[0] for row in _MODELS if "-SXM" in row[0]} | {"H20", "B200", "GB200", "GH200-96GB", "GH200-144GB"}
+)
+
 _NO_OPEN: frozenset[Architecture] = frozenset({"volta"})
 _OPEN_ONLY: frozenset[Architecture] = frozenset({"blackwell"})
 
@@ -242,6 +250,7 @@ def _spec(row: _Row) -> GpuSpec:
         supports_open_modules=arch not in _NO_OPEN,
         requires_open_modules=arch in _OPEN_ONLY,
         slurm_type=slurm_type,
+        nvswitch_board=name in _NVSWITCH_BOARDS,
         mig_profiles=profiles,
         mig_compute_slices=compute,
         mig_memory_slices=memory_slices,

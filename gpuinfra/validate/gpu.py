@@ -56,7 +56,13 @@ def check(rc: ResolvedCluster, report: Report) -> None:
                 f"{group.gpu.model!r} is not in the GPU catalog; {suggest(group.gpu.model, catalog.names())}",
             )
             continue
-        _driver(model, name, spec, group.gpu.nvswitch, report)
+        if group.gpu.nvswitch and not spec.nvswitch_board:
+            report.error(
+                (*loc, "gpu", "nvswitch"),
+                f"{spec.name} is a PCIe card, on no NVSwitch board: the fabric manager would never start; remove "
+                "`nvswitch: true` (NVSwitch boards carry the SXM parts, H20, B200, GB200 and GH200)",
+            )
+        _driver(model, name, spec, group.gpu.nvswitch and spec.nvswitch_board, report)
         _mig(name, group.gpu.count, group.mig, spec, rc.layouts, report)
     _archive_driver(model, report)
 

@@ -209,14 +209,20 @@ leading `~/` from the user's home. Regular files only, read with a size cap (see
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
 
 
-def url_grammar(*schemes: str) -> Grammar:
-    """A URL with one of `schemes` and RFC 3986 characters only (no spaces, quotes, braces or newlines)."""
+def url_grammar(*schemes: str, secrets_go: str) -> Grammar:
+    """A URL with one of `schemes` and RFC 3986 characters only (no spaces, quotes, braces or newlines), and no
+    credentials: `secrets_go` says where this URL's secrets are kept instead."""
     allowed = " or ".join(f"{s}://" for s in schemes)
 
     def check(value: str) -> str | None:
         if not _URL_CHARS.fullmatch(value):
             return "it holds characters a URL cannot (percent-encode them)"
         parts = urlsplit(value)
+        if "@" in parts.netloc:  # raised, not returned: the error must not repeat the URL, and so its password
+            raise ValueError(
+                "the URL holds credentials (user:password@host), which plan --diff would print and the hosts would "
+                f"keep in world-readable files: give it without them; {secrets_go}"
+            )
         if parts.scheme not in schemes:
             return f"use {allowed}"
         if parts.scheme != "file" and not parts.hostname:
@@ -228,8 +234,25 @@ def url_grammar(*schemes: str) -> Grammar:
     return Grammar(f"a {allowed} URL", 2048, check, rf"({'|'.join(schemes)})://.*")
 
 
-HttpUrl = Annotated[str, url_grammar("https", "http")]
-RepoUrl = Annotated[str, url_grammar("https", "http", "file")]
+HttpUrl = Annotated[
+    str,
+    url_grammar(
+        "https",
+        "http",
+        secrets_go="gpuinfra takes a receiver's secrets only from files on the monitoring host "
+        "(the slack receiver's api_url_file), never from the cluster file",
+    ),
+]
+RepoUrl = Annotated[
+    str,
+    url_grammar(
+        "https",
+        "http",
+        "file",
+        secrets_go="apt reads a mirror's login from /etc/apt/auth.conf.d/ on each host "
+        "(apt_auth.conf(5), mode 0600), which stays out of the cluster file",
+    ),
+]
 
 # An OCI image reference, as the distribution reference grammar defines it: an optional registry with port, a
 # lower-case path, and a tag, a digest, or both.

@@ -32,6 +32,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
     if not {role for host in rc.hosts.values() for role in host.roles} & K8S_ROLES:
         report.error(("kubernetes",), "no host has a k8s_control or k8s_gpu_worker role")
         return
+    _node_names(rc, report)
     seen: dict[str, str] = {}
     for name, tenant in k8s.tenants.items():
         if tenant.namespace is None and not re.fullmatch(DNS_LABEL_PATTERN, name):
@@ -39,6 +40,13 @@ def check(rc: ResolvedCluster, report: Report) -> None:
                 ("kubernetes", "tenants", name),
                 f"{name!r} is not a valid Kubernetes namespace name (letters, digits and '-' only): "
                 "set its `namespace`",
+            )
+        limits = tenant.gpus_per_container
+        if limits is not None and limits.min > limits.max:
+            report.error(
+                ("kubernetes", "tenants", name, "gpus_per_container", "min"),
+                f"min {limits.min} is above max {limits.max}, a LimitRange the API server refuses; lower min or "
+                "raise max",
             )
         namespace = tenant.namespace or name
         if namespace in seen:
@@ -48,6 +56,22 @@ def check(rc: ResolvedCluster, report: Report) -> None:
         seen.setdefault(namespace, name)
     for loc, message in capacity_warnings(rc):
         report.warning(loc, message)
+
+
+def _node_names(rc: ResolvedCluster, report: Report) -> None:
+    """A Kubernetes node's name is its host name in lower case (the kubelet lowers it), and RFC 1123 subdomains are
+    lower-case: a host named in upper case would be another node than the one gpuinfra labels and checks."""
+    upper: dict[str, list[str]] = {}
+    for host in rc.hosts.values():
+        if set(host.roles) & K8S_ROLES and host.name != host.name.lower():
+            upper.setdefault(host.group, []).append(host.name)
+    for group, names in upper.items():
+        shown = ", ".join(repr(name) for name in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        report.error(
+            ("node_groups", group, "hosts"),
+            f"{shown}: a Kubernetes node's name is a lower-case RFC 1123 subdomain (the kubelet registers "
+            f"{names[0].lower()!r}); write the host names in lower case",
+        )
 
 
 def _extra_values(k8s: Kubernetes, report: Report) -> None:
@@ -141,8 +165,6 @@ def capacity_warnings(rc: ResolvedCluster) -> list[tuple[Loc, str]]:
         limits = tenant.gpus_per_container
         if limits is None:
             continue
-        if limits.min > limits.max:
-            out.append(((*loc, "gpus_per_container", "min"), f"min {limits.min} is above max {limits.max}"))
         if limits.max > largest:
             out.append(
                 (

@@ -101,7 +101,9 @@ def read_text(path: str | Path, name: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _fail(name, f"not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+        before = raw[: exc.start]  # valid UTF-8: the bad byte is the first
+        line, col = before.count(b"\n") + 1, len(before[before.rfind(b"\n") + 1 :].decode("utf-8-sig")) + 1
+        raise _fail(name, f"not UTF-8 text (byte {exc.start}); save the file as UTF-8", line, col) from None
 
 
 def _at(mark: Any) -> tuple[int, int]:
@@ -203,7 +205,8 @@ def read_yaml(path: str | Path, display: str | None = None) -> YamlSource:
         raise _fail(name, f"duplicate key {key!r}; each key may appear once", mark.line + 1, mark.column + 1) from None
     except ComposerError as exc:
         if "single document" in f"{exc.context} {exc.problem}":
-            raise _fail(name, "the file holds several YAML documents; put the cluster in one") from None
+            line, col = _at(exc.problem_mark) if exc.problem_mark else (1, 1)  # where the second document starts
+            raise _fail(name, "the file holds several YAML documents; put the cluster in one", line, col) from None
         raise _fail(name, f"invalid YAML: {exc.problem or exc.context}") from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
