@@ -73,17 +73,19 @@ def on_host(host: str, *command: str, cluster: Path = SANDBOX_CLUSTER) -> subpro
     return ssh(cluster, host, list(command))
 
 
-def scrape_health(cluster: Path, secrets: Path, scheme: str) -> dict[str, str]:
-    """Each of Prometheus's scrape URLs and its health, asked with Prometheus's password (and over HTTPS verified
-    against the cluster's CA), once every target is up or after two minutes."""
+def scrape_health(cluster: Path, scheme: str) -> dict[str, str]:
+    """Each of Prometheus's scrape URLs (the DCGM exporters' left out: no image here) and its health, asked with
+    Prometheus's password (over HTTPS, verified against the cluster's CA), once every one is up or after 2 minutes."""
+    from gpuinfra.redact import default_secrets_dir
     from gpuinfra.validate.load import load_cluster
 
-    address = load_cluster(cluster).resolved.hosts["ctl01"].address
+    loaded = load_cluster(cluster)
+    secrets = Path(default_secrets_dir(loaded.model.name)).expanduser()
     context = ssl.create_default_context(cafile=str(secrets / "monitoring-ca.crt")) if scheme == "https" else None
-    login = b"prometheus:" + (secrets / "monitoring-prometheus-password").read_bytes().strip()
+    login = base64.b64encode(b"prometheus:" + (secrets / "monitoring-prometheus-password").read_bytes().strip())
+    address = loaded.resolved.hosts["ctl01"].address
     request = urllib.request.Request(
-        f"{scheme}://{address}:9090/api/v1/targets",
-        headers={"Authorization": "Basic " + base64.b64encode(login).decode()},
+        f"{scheme}://{address}:9090/api/v1/targets", headers={"Authorization": f"Basic {login.decode()}"}
     )
     deadline = time.monotonic() + 120
     while True:
