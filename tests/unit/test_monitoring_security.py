@@ -36,6 +36,7 @@ def _plugin(path: str) -> ModuleType:
 
 
 filters = _plugin("plugins/filter/systemd.py")
+certificate = _plugin("plugins/filter/certificate.py")
 cluster_address = _plugin("plugins/modules/cluster_address.py")
 systemd_quote = filters.systemd_quote
 systemd_args_word = filters.systemd_args_word
@@ -422,6 +423,77 @@ def test_generated_certificates_verify_against_the_ca(generated_tls: dict[str, A
         assert sans == f"DNS:{host}, IP Address:127.0.0.1", text
         assert "TLS Web Server Authentication" in text and "CA:FALSE" in text
         assert oct((folder / "host.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_certificate_names_come_from_the_inventory_alone() -> None:
+    """The controller decides: inventory names and addresses, and its own resolution of the names."""
+    assert certificate.subject_alt_names(["gpu01", "10.0.0.11"]) == "DNS:gpu01,IP:10.0.0.11"
+    assert certificate.subject_alt_names(["gpu01", "gpu01"]) == "DNS:gpu01"  # resolves nowhere here
+    assert certificate.subject_alt_names(["gpu01", "fd00::11"]) == "DNS:gpu01,IP:fd00::11"
+    assert certificate.subject_alt_names(["localhost"]) == "DNS:localhost"  # loopback resolutions are left out
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["10.0.0.11\nbasicConstraints=critical,CA:TRUE", "gpu01,DNS:ctl01", "gpu01\nsubjectAltName=DNS:ctl01",
+     "IP:10.0.0.1", "gpu01 ", ""],
+)  # fmt: skip
+def test_an_address_that_would_add_to_the_extensions_is_refused(forged: str) -> None:
+    with pytest.raises(certificate.AnsibleFilterError, match="neither a host name nor an IP address"):
+        certificate.subject_alt_names(["gpu01", forged])
+
+
+# What root on a managed host can make any module run there answer: the controller's address, and a line that
+# would end subjectAltName= and ask for a CA.
+HOSTILE_ADDRESS_MODULE = """
+from ansible.module_utils.basic import AnsibleModule
+module = AnsibleModule(argument_spec={"name": {"type": "str", "required": True}})
+module.exit_json(changed=False, address="10.0.0.1\\nbasicConstraints=critical,CA:TRUE", resolved=["10.0.0.1"])
+"""
+
+
+def _collection_with_hostile_host(root: Path) -> Path:
+    """A collections path whose gpuinfra.cluster is this checkout, but for a cluster_address module that lies."""
+    collection = root / "ansible_collections" / "gpuinfra" / "cluster"
+    modules = collection / "plugins" / "modules"
+    modules.mkdir(parents=True)
+    for entry in ROOT.iterdir():
+        if entry.name != "plugins":
+            (collection / entry.name).symlink_to(entry)
+    for entry in (ROOT / "plugins").iterdir():
+        if entry.name != "modules":
+            (collection / "plugins" / entry.name).symlink_to(entry)
+    for entry in (ROOT / "plugins" / "modules").iterdir():
+        if entry.name != "cluster_address.py":
+            (modules / entry.name).symlink_to(entry)
+    (modules / "cluster_address.py").write_text(HOSTILE_ADDRESS_MODULE)
+    return root
+
+
+def test_what_a_host_reports_never_reaches_its_certificate(tmp_path: Path) -> None:
+    """The role with the real openssl, where every module run on the host answers as a hostile root would: the
+    certificate names the inventory's name and address only, and is no CA."""
+    if OPENSSL is None:
+        pytest.skip("openssl is missing (Debian package openssl)")
+    collections = _collection_with_hostile_host(tmp_path / "collections")
+    folder = tmp_path / "hosts" / "gpu01"
+    inventory = {"all": {"hosts": {"gpu01": {"ansible_host": "127.0.0.1", "monitoring_tls_dir": str(folder)}},
+                         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                  "gpuinfra_cluster_name": "tls-test",
+                                  "gpuinfra_secrets_dir": str(tmp_path / "secrets")}}}  # fmt: skip
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(TLS_PLAY)
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_LOCALHOST_WARNING": "false"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
+         str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    text = subprocess.run([str(OPENSSL), "x509", "-noout", "-text", "-in", str(folder / "host.crt")],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    [sans] = re.findall(r"X509v3 Subject Alternative Name: *\n *(.*)", text)
+    assert sans == "DNS:gpu01, IP Address:127.0.0.1", text
+    assert "CA:FALSE" in text and "CA:TRUE" not in text and "10.0.0.1" not in text
 
 
 def test_the_ca_key_stays_on_the_controller(generated_tls: dict[str, Any]) -> None:
