@@ -49,7 +49,11 @@ def load_cluster(path: str | Path) -> LoadedCluster:
     except ValidationError as exc:
         raise InvalidInput(diagnostics(Cluster, source, data, exc)) from None
     base_dir = Path(path).resolve().parent
-    resolved, found = rules.check(absolute_paths(model, base_dir), source)
+    absolute = absolute_paths(model, base_dir)
+    templated = [source.diagnostic(loc, _dotted(loc), _TEMPLATED.format(value)) for loc, value in _templated(absolute)]
+    if templated:
+        raise InvalidInput(templated)
+    resolved, found = rules.check(absolute, source)
     if any(d.severity == "error" for d in found):
         raise InvalidInput(found)
     return LoadedCluster(Path(path), source, resolved, found)
@@ -71,6 +75,30 @@ def absolute_paths(model: Any, base_dir: Path) -> Any:
         elif isinstance(value, BaseModel):
             update[name] = absolute_paths(value, base_dir)
     return model.model_copy(update=update)
+
+
+# The cluster file's values admit no template delimiter (grammar.py), but the folders a path is taken from are not
+# the file's: a folder named `site{{ 6 * 7 }}` would reach Ansible's connection settings, which stay plain strings
+# for the tools that read the inventory.
+_TEMPLATE_STARTS = ("{{", "{%", "{#")
+_TEMPLATED = "the path {!r} holds a template delimiter, from a folder's name, which Ansible would run: move the file"
+
+
+def _templated(model: Any, loc: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Every controller-side path of `model` (made absolute) that holds `{{`, `{%` or `{#`, with its location."""
+    found: list[tuple[tuple[str, ...], str]] = []
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if isinstance(value, str) and _CONTROLLER_PATH in _metadata(field.annotation):
+            if any(start in value for start in _TEMPLATE_STARTS):
+                found.append(((*loc, name), value))
+        elif isinstance(value, BaseModel):
+            found.extend(_templated(value, (*loc, name)))
+    return found
+
+
+def _dotted(loc: tuple[str, ...]) -> str:
+    return ".".join(loc)
 
 
 def _metadata(annotation: Any) -> list[Any]:

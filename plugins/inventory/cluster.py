@@ -70,7 +70,9 @@ options:
       - An inventory that gpuinfra already made from a cluster file, as the JSON that C(gpuinfra inventory) prints;
         C(gpuinfra apply) writes one for each run and points its source file here.
       - It is read as it is, without checking the cluster file again, so a cluster of 10,000 hosts loads in a
-        fraction of the time the cluster file or Ansible's YAML plugin take.
+        fraction of the time the cluster file or Ansible's YAML plugin take. It must be a regular file of at most
+        256 MiB. Its content is data, never a template; the connection settings gpuinfra leaves plain are refused
+        when they hold a template delimiter.
       - A relative path is taken from the folder of the source file; C(~) is the home folder.
     type: str
 notes:
@@ -96,6 +98,9 @@ cluster_file: ../inventories/sandbox/cluster.yml
 # gpuinfra reads no more of a cluster file than this (gpuinfra.validate.limits.MAX_FILE_BYTES), so neither does
 # verify_file when it looks for the file's top-level keys.
 SNIFF_BYTES = 128 * 1024
+# The largest inventory_file read: 10,000 hosts take about 40 MiB.
+MAX_INVENTORY_BYTES = 256 * 1024 * 1024
+_TEMPLATE_STARTS = ("{{", "{%", "{#")
 EXTENSIONS = (".yml", ".yaml", ".json")
 # A key of the top-level mapping of a block-style YAML file: a line that starts with the key, quoted or not.
 _TOP_LEVEL_KEY = re.compile(r"""^(?P<quote>["']?)(?P<key>[A-Za-z_][\w-]*)(?P=quote)[ \t]*:(?:[ \t]+(?P<value>.*))?$""")
@@ -149,17 +154,21 @@ def source_kind(path: str) -> str | None:
     return "cluster" if CLUSTER_KEY in keys else None
 
 
-def ansible_value(value: Any) -> Any:
+def ansible_value(value: Any, key: str = "") -> Any:
     """A value of the inventory as gpuinfra renders it (`{"__ansible_unsafe": text}`, the JSON form of `!unsafe`,
     for every value from the cluster file) as Ansible holds it after reading that JSON from a file: unsafe text
-    wrapped as unsafe, any other string (Ansible's own connection settings) trusted as a file's strings are."""
+    wrapped as unsafe. A string gpuinfra left plain (Ansible's own connection settings, which tools that connect
+    take only as plain strings) is trusted when it holds no template, and refused when it does: gpuinfra never
+    writes one, so it comes from a file made or changed by someone else."""
     if isinstance(value, dict):
         if list(value) == ["__ansible_unsafe"]:
             return wrap_var(value["__ansible_unsafe"])
-        return {key: ansible_value(item) for key, item in value.items()}
+        return {name: ansible_value(item, name) for name, item in value.items()}
     if isinstance(value, list):
-        return [ansible_value(item) for item in value]
+        return [ansible_value(item, key) for item in value]
     if isinstance(value, str):
+        if any(start in value for start in _TEMPLATE_STARTS):
+            raise AnsibleParserError(f"{key or 'a value'} holds a template, which no inventory gpuinfra made does")
         return trust_as_template(value)
     return value
 
@@ -216,8 +225,13 @@ class InventoryModule(BaseInventoryPlugin):
         """The JSON inventory gpuinfra wrote, read with the standard library: Ansible's loader would tag and then
         deep-copy every value, which is most of its time at 10,000 hosts."""
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
+            if not stat.S_ISREG(os.stat(path).st_mode):  # before open(), which blocks on a FIFO
+                raise AnsibleParserError(f"cannot read the inventory {path}: not a regular file")
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_INVENTORY_BYTES + 1)
+            if len(raw) > MAX_INVENTORY_BYTES:
+                raise AnsibleParserError(f"cannot read the inventory {path}: over {MAX_INVENTORY_BYTES >> 20} MiB")
+            data = json.loads(raw)
         except (OSError, ValueError) as exc:
             raise AnsibleParserError(f"cannot read the inventory {path}: {exc}") from exc
         if not isinstance(data, dict) or not isinstance(data.get("all"), dict):
@@ -252,4 +266,4 @@ class InventoryModule(BaseInventoryPlugin):
 
     def _set_variables(self, entity: str, variables: dict[str, Any] | None) -> None:
         for name, value in (variables or {}).items():
-            self.inventory.set_variable(entity, name, ansible_value(value))
+            self.inventory.set_variable(entity, name, ansible_value(value, name))

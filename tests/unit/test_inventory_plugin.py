@@ -115,6 +115,48 @@ def test_a_source_file_points_to_the_inventory_gpuinfra_made(
     assert json.loads(done.stdout) == expected
 
 
+def _templated(value: Any, jinja: str, plain: bool) -> Any:
+    """`value` with every string gpuinfra marks unsafe, and with `plain` every plain one too, replaced by `jinja`."""
+    if isinstance(value, dict):
+        if list(value) == ["__ansible_unsafe"]:
+            return {"__ansible_unsafe": jinja}
+        return {key: _templated(item, jinja, plain) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_templated(item, jinja, plain) for item in value]
+    return jinja if plain and isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["values", "values and connection settings"])
+def test_jinja_in_every_field_of_the_inventory_file_runs_nothing(
+    plain: bool, tmp_path: Path, collections: Path
+) -> None:
+    """The run's inventory file with a template that would run a command on the controller in every field: the
+    values stay data (printed as written); a connection setting that holds one fails the source."""
+    marker = tmp_path / "ran"
+    jinja = f"{{{{ lookup('ansible.builtin.pipe', 'touch {marker}') }}}}"
+    rendered = {"all": _templated(inventory_yaml(load_cluster(SANDBOX).resolved)["all"], jinja, plain)}
+    (tmp_path / "hosts.json").write_text(json.dumps(rendered))
+    (tmp_path / "run.yml").write_text(f"plugin: {NAME}\ninventory_file: hosts.json\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: gpu01\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug: {var: gpuinfra_node_group}\n"
+    )
+    done = ansible(collections, "ansible-playbook", "-i", str(tmp_path / "run.yml"), "-c", "local",
+                   str(tmp_path / "play.yml"), cwd=tmp_path)  # fmt: skip
+    if plain:
+        assert done.returncode != 0 and "holds a template, which no inventory gpuinfra made does" in done.stderr
+    else:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "lookup('ansible.builtin.pipe'" in done.stdout, done.stdout
+    assert not marker.exists()
+
+
+def test_an_inventory_file_that_is_a_fifo_is_refused_at_once(tmp_path: Path, collections: Path) -> None:
+    os.mkfifo(tmp_path / "hosts.json")
+    (tmp_path / "run.yml").write_text(f"plugin: {NAME}\ninventory_file: hosts.json\n")
+    done = ansible(collections, "ansible-inventory", "-i", str(tmp_path / "run.yml"), "--list", cwd=tmp_path)
+    assert done.returncode != 0 and "not a regular file" in " ".join(done.stderr.split()), done.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpuinfra.errors import InvalidInput
 from gpuinfra.run import cluster_inventory
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import ensure_state_dir
@@ -66,6 +67,20 @@ def test_the_inventory_gets_absolute_key_and_known_hosts_paths(home: Path, tmp_p
     assert plain(conn["ansible_ssh_private_key_file"]) == str(home / ".local/share/gpuinfra/keys/ssh/id_ed25519")
     known_hosts = tmp_path / "site" / "hosts" / "known_hosts"
     assert plain(conn["ansible_ssh_common_args"]) == f"-o UserKnownHostsFile={known_hosts}"
+
+
+@pytest.mark.parametrize("folder", ["site{{ 6 * 7 }}", "site{% raw %}", "site{# x #}"])
+def test_a_folder_name_that_ansible_would_template_is_refused_at_the_path(
+    folder: str, home: Path, tmp_path: Path
+) -> None:
+    """The cluster file's values admit no template, but the folder a relative path is taken from is not the file's:
+    a path that would carry `{{`, `{%` or `{#` into Ansible's connection settings is refused at its line."""
+    cluster = write(tmp_path / folder, "keys/id_ed25519", "~/known_hosts")
+    with pytest.raises(InvalidInput) as caught:
+        load_cluster(cluster)
+    [problem] = caught.value.diagnostics
+    assert (problem.line, problem.path) == (3, "connection.ssh_key"), problem
+    assert "holds a template delimiter, from a folder's name, which Ansible would run" in problem.message
 
 
 def test_the_committed_sandbox_keeps_its_key_in_the_home_folder_from_any_working_folder(
