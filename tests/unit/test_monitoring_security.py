@@ -552,3 +552,57 @@ def test_scrape_targets_quote_every_value_and_bracket_ipv6_addresses() -> None:
             "labels": {"instance": "gpu02", "node_group": 'odd"\n  - targets: [evil]', "gpus_expected": "0"},
         },
     ]
+
+
+# --- basic-auth hashes: made on the controller -----------------------------------------------------------------------
+
+secrets_filter = _plugin("plugins/filter/secrets.py")
+
+
+def test_a_kept_hash_stays_while_it_matches_and_a_new_one_is_made_otherwise() -> None:
+    first = secrets_filter.bcrypt_hash("s3cret\n")
+    assert re.fullmatch(r"\$2b\$10\$[./A-Za-z0-9]{53}", first), first
+    assert secrets_filter.bcrypt_hash("s3cret", f"{first}\n") == first
+    assert secrets_filter.bcrypt_hash("other", first) != first
+    assert secrets_filter.bcrypt_hash("s3cret", "not a hash").startswith("$2b$10$")
+    with pytest.raises(secrets_filter.AnsibleFilterError, match="the password is empty"):
+        secrets_filter.bcrypt_hash("\n")
+
+
+SECRETS_PLAY = """
+- name: The secrets steps of {role}, for the one host in play
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run them
+      ansible.builtin.include_role:
+        name: gpuinfra.cluster.{role}
+        tasks_from: secrets
+"""
+
+
+@pytest.mark.parametrize("role", ["node_exporter", "dcgm_exporter", "alertmanager", "prometheus"])
+def test_the_secrets_steps_run_on_the_controller_whichever_host_is_in_play(
+    role: str, collections: Path, tmp_path: Path
+) -> None:
+    """The host in play (the only one that drifted, say) has no Python, so any step run on it fails: the password
+    and its hash are made on the controller all the same, and a second run keeps both."""
+    inventory = {"all": {"hosts": {"evil01": {"ansible_connection": "local",
+                                              "ansible_python_interpreter": "/nonexistent/python3"}},
+                         "vars": {"gpuinfra_cluster_name": "secrets-test",
+                                  "gpuinfra_secrets_dir": str(tmp_path / "secrets")}}}  # fmt: skip
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(SECRETS_PLAY.format(role=role))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_LOCALHOST_WARNING": "false"}
+    runs = [
+        subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, check=False)
+        for _ in range(2)
+    ]  # fmt: skip
+    for done in runs:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    service = {"node_exporter": "node-exporter", "dcgm_exporter": "dcgm-exporter"}.get(role, role)
+    password = (tmp_path / "secrets" / f"monitoring-{service}-password").read_text()
+    hashed = (tmp_path / "secrets" / f"monitoring-{service}-password.bcrypt").read_text().strip()
+    assert secrets_filter.bcrypt.checkpw(password.strip().encode(), hashed.encode())
+    assert "changed=0" in runs[1].stdout, runs[1].stdout[-1500:]
