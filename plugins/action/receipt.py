@@ -1,8 +1,11 @@
 # Copyright: gpuinfra maintainers
 # Apache License 2.0 (see LICENSE)
 """The controller's half of gpuinfra.cluster.receipt: the inputs digests from the inventory, completed with the
-values the run gives the role's variables, and the digests of the secrets on the controller, handed to the module
-that reads and writes the receipts on the host."""
+values the run gives the role's variables, and keyed digests of the secrets on the controller, handed to the module
+that reads and writes the receipts on the host.
+
+A secret's digest is an HMAC under the controller's receipts key, so what a host keeps can never be tested against a
+guessed secret; and a host gets none of the files another host owns (`<host>.crt`, `<host>.key`)."""
 
 from __future__ import annotations
 
@@ -31,16 +34,11 @@ NAMES = "gpuinfra_receipt_variables"
 VALUES_KEY = "receipts.key"
 
 
-def _sha256(path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
-        return None
-
-
-def secret_digests(paths: list[str]) -> dict[str, str]:
-    """Each file's digest, by its absolute path; a folder stands for every file under it."""
+def secret_digests(paths: list[str], key: bytes, root: str, host: str, hosts: list[str]) -> dict[str, str]:
+    """Each file's HMAC-SHA256 under `key`, by its absolute path; a folder stands for every file under it, less the
+    receipts key and, below the secrets folder `root`, the files of other hosts (`monitoring-tls/<host>.key`)."""
+    others = set(hosts) - {host}
+    root = os.path.abspath(os.path.expanduser(root))
     out: dict[str, str] = {}
     for given in paths:
         path = os.path.abspath(os.path.expanduser(given))
@@ -48,9 +46,15 @@ def secret_digests(paths: list[str]) -> dict[str, str]:
         if os.path.isdir(path):
             files = [os.path.join(top, name) for top, _, names in os.walk(path) for name in names]
         for name in files:
-            digest = _sha256(name) if os.path.isfile(name) else None
-            if digest is not None:
-                out[name] = digest
+            base = os.path.basename(name)
+            owned = os.path.dirname(name) != root and base.split(".", 1)[0] in others
+            if base == VALUES_KEY or owned or not os.path.isfile(name):
+                continue
+            try:
+                with open(name, "rb") as handle:
+                    out[name] = hmac.new(key, handle.read(), hashlib.sha256).hexdigest()
+            except OSError:
+                continue
     return out
 
 
@@ -111,17 +115,25 @@ class ActionModule(ActionBase):
             complete = self._values_digest(task_vars)
             args["inputs"] = {role: complete(role, digest) for role, digest in given.items()}
             folder = os.path.expanduser(str(args.pop("secrets_dir", None) or secrets_folder(task_vars)))
-            args["secrets"] = secret_digests([folder]) if os.path.isdir(folder) else {}
+            args["secrets"] = self._secret_digests([folder], task_vars) if os.path.isdir(folder) else {}
         elif state == "record":
             role = str(args.get("role"))
             inputs = task_vars.get(INPUTS_PREFIX + role)
             if not isinstance(inputs, str):
                 return {**result, "changed": False, "skipped": True, "msg": "no inputs digest in this inventory"}
             args["inputs"] = self._values_digest(task_vars)(role, inputs_digest(inputs, task_vars))
-            args["secrets"] = secret_digests([str(path) for path in args.get("secrets") or []])
+            args["secrets"] = self._secret_digests([str(path) for path in args.get("secrets") or []], task_vars)
         else:
             raise AnsibleActionFail("state must be record or probe")
         return {**result, **self._execute_module("gpuinfra.cluster.receipt", module_args=args, task_vars=task_vars)}
+
+    @staticmethod
+    def _secret_digests(paths: list[str], task_vars: dict[str, Any]) -> dict[str, str]:
+        if not paths:
+            return {}
+        hosts = list((task_vars.get("groups") or {}).get("all") or [])
+        root = secrets_folder(task_vars)
+        return secret_digests(paths, values_key(root), root, str(task_vars.get("inventory_hostname")), hosts)
 
     def _values_digest(self, task_vars: dict[str, Any]) -> Callable[[str, str], str]:
         """A function that completes the inventory's digest of a role's inputs with the values this run gives the

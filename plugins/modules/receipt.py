@@ -53,9 +53,11 @@ options:
     type: raw
   secrets:
     description:
-      - Digests of secret files on the controller, by path, filled in by the action plugin.
+      - Keyed digests (HMAC-SHA256 under the controller's receipts key) of secret files on the controller, by path,
+        filled in by the action plugin; never logged.
       - With O(state=record), those the role installs (a generated key or password); with O(state=probe), every
-        file of the cluster's secrets folder. A role whose recorded secret is now missing or different is stale.
+        file of the cluster's secrets folder but other hosts' own. A role whose recorded secret is now missing or
+        different is stale.
     type: dict
     default: {}
   paths:
@@ -351,8 +353,9 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "choices": ["record", "probe"], "required": True},
             "role": {"type": "str"},
-            "inputs": {"type": "raw"},
-            "secrets": {"type": "dict", "default": {}, "no_log": False},
+            # Keyed digests of values and secrets: never logged, as a module's arguments are in the host's journal.
+            "inputs": {"type": "raw", "no_log": True},
+            "secrets": {"type": "dict", "default": {}, "no_log": True},
             "paths": {"type": "list", "elements": "str", "default": []},
             "folders": {"type": "list", "elements": "str", "default": []},
             "services": {"type": "list", "elements": "str", "default": []},

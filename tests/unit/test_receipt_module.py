@@ -3,6 +3,8 @@ a secret on the controller, or any kind of state it watches changes; each kind o
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.util
 import json
 import sys
@@ -249,3 +251,45 @@ def test_values_given_outside_the_inventory_digest_are_inputs_too(host: Host) ->
     assert "first-key" not in receipt
     key = host.secret.parent / "receipts.key"
     assert oct(key.stat().st_mode & 0o777) == "0o600" and len(key.read_bytes()) == 32
+
+
+def _load(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(Path(path).stem + "_under_test", ROOT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_secret_digests_are_keyed_and_leave_other_hosts_files_out(tmp_path: Path) -> None:
+    """What a host is handed (and keeps in its receipts) of the controller's secrets: an HMAC under the controller's
+    key, which no guess can be tested against, and nothing of the files another host owns."""
+    action = _load("plugins/action/receipt.py")
+    folder = tmp_path / "secrets"
+    (folder / "monitoring-tls").mkdir(parents=True)
+    files = {"munge.key": b"shared", "receipts.key": b"k" * 32, "monitoring-tls/gpu01.key": b"mine",
+             "monitoring-tls/gpu02.key": b"theirs", "monitoring-tls/ctl01.crt": b"theirs too"}  # fmt: skip
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+    key = b"controller-only-key"
+    got = action.secret_digests([str(folder)], key, str(folder), "gpu01", ["ctl01", "gpu01", "gpu02"])
+    named = sorted(Path(path).relative_to(folder).as_posix() for path in got)
+    assert named == ["monitoring-tls/gpu01.key", "munge.key"]
+    for path, digest in got.items():
+        content = Path(path).read_bytes()
+        assert digest == hmac.new(key, content, hashlib.sha256).hexdigest() != hashlib.sha256(content).hexdigest()
+
+
+def test_the_module_never_logs_its_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's arguments go to the host's journal unless marked no_log."""
+    module = _load("plugins/modules/receipt.py")
+    seen: dict[str, Any] = {}
+
+    def capture(argument_spec: dict[str, Any], **kwargs: Any) -> None:
+        seen.update(argument_spec)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(module, "AnsibleModule", capture)
+    with pytest.raises(SystemExit):
+        module.main()
+    assert (seen["inputs"].get("no_log"), seen["secrets"].get("no_log")) == (True, True)
