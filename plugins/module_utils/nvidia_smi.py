@@ -364,7 +364,9 @@ def smi_failure(rc: int | None, stdout: Any, stderr: Any) -> str:
         return "nvidia-smi finds no GPUs (No devices were found): the driver is loaded but sees no usable GPU"
     if "gpu is lost" in lowered or "fallen off the bus" in lowered:
         return "nvidia-smi reports a GPU that has fallen off the bus (GPU is lost): the node needs a power cycle"
-    if rc == 124:
+    # `timeout` ended it: 124 on SIGTERM; on SIGKILL (it ignored SIGTERM) `timeout` kills its own process group
+    # too, itself included, so the caller sees 137 or -9.
+    if rc in (124, 137, -9):
         return "nvidia-smi did not answer in time: a GPU or the driver is hung"
     return f"nvidia-smi failed (exit code {rc}): {first_line(text) or 'no output'}"
 

@@ -398,6 +398,24 @@ def test_a_gpu_off_the_bus_drains_the_node_until_it_is_repaired(node: Node) -> N
     assert node.slurm_node == {"state": "IDLE", "reason": ""}
 
 
+# nvidia-smi on a hung GPU: it ignores SIGTERM, and a process it started outside its process group (so that
+# `timeout`'s SIGKILL misses it) keeps its output open past slurmd's 60 s, as a process stuck in the kernel would.
+HUNG_SMI = """#!/bin/sh
+trap '' TERM
+setsid sleep 75 &
+sleep 75
+"""
+
+
+def test_a_hung_nvidia_smi_drains_the_node_before_slurmd_would_kill_the_program(node: Node) -> None:
+    """Node.start gives the program slurmd's 60 s: it must end within them, and drain with a reason that says why."""
+    node.config(timeout=2)  # `timeout -k 10 2 nvidia-smi`: SIGTERM at 2 s, ignored; SIGKILL at 12 s
+    (node.root / "bin" / "nvidia-smi").write_text(HUNG_SMI)
+    code, verdict = node.run()
+    assert code == 1 and node.slurm_node["state"] == "IDLE+DRAIN", verdict
+    assert "nvidia-smi did not answer in time: a GPU or the driver is hung" in node.slurm_node["reason"], verdict
+
+
 def test_a_transient_xid_fails_only_the_check_that_saw_it(node: Node) -> None:
     with node.kern_log.open("a") as log:
         log.write("2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=train.py, "
