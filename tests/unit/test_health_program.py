@@ -24,6 +24,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -414,6 +415,25 @@ def test_a_hung_nvidia_smi_drains_the_node_before_slurmd_would_kill_the_program(
     code, verdict = node.run()
     assert code == 1 and node.slurm_node["state"] == "IDLE+DRAIN", verdict
     assert "nvidia-smi did not answer in time: a GPU or the driver is hung" in node.slurm_node["reason"], verdict
+
+
+def test_xids_cleared_while_a_check_runs_stay_cleared(node: Node) -> None:
+    """An operator's --clear-xids while slurmd's check is still asking nvidia-smi: the check read the state with the
+    XID before the clear, and must not write it back after it."""
+    node.run()
+    node.gpus("xid79")
+    node.run()  # XID 79 is sticky now
+    node.gpus("healthy")
+    smi = node.root / "bin" / "nvidia-smi"
+    slow = node.root / "slow-once"  # the first check (slurmd's) takes 3 s, the operator's not
+    smi.write_text(smi.read_text().replace("exec cat", f"[ -e {slow} ] || {{ touch {slow}; sleep 3; }}; exec cat"))
+    check = threading.Thread(target=node.run)
+    check.start()
+    time.sleep(1)
+    cleared = node.start("--clear-xids", "--no-action")
+    check.join()
+    assert cleared.returncode in (0, 1), cleared.stderr
+    assert json.loads((node.root / "state" / "s.json").read_text())["sticky"] == []
 
 
 def test_a_transient_xid_fails_only_the_check_that_saw_it(node: Node) -> None:
