@@ -50,7 +50,7 @@ def load_cluster(path: str | Path) -> LoadedCluster:
         raise InvalidInput(diagnostics(Cluster, source, data, exc)) from None
     base_dir = Path(path).resolve().parent
     absolute = absolute_paths(model, base_dir)
-    templated = [source.diagnostic(loc, _dotted(loc), _TEMPLATED.format(value)) for loc, value in _templated(absolute)]
+    templated = [source.diagnostic(loc, ".".join(loc), _TEMPLATED.format(value)) for loc, value in _templated(absolute)]
     if templated:
         raise InvalidInput(templated)
     resolved, found = rules.check(absolute, source)
@@ -95,10 +95,6 @@ def _templated(model: Any, loc: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
         elif isinstance(value, BaseModel):
             found.extend(_templated(value, (*loc, name)))
     return found
-
-
-def _dotted(loc: tuple[str, ...]) -> str:
-    return ".".join(loc)
 
 
 def _metadata(annotation: Any) -> list[Any]:
