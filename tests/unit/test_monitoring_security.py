@@ -473,7 +473,7 @@ def _collection_with_hostile_host(root: Path) -> Path:
 def test_what_a_host_reports_never_reaches_its_certificate(tmp_path: Path) -> None:
     """The role with the real openssl, where every module run on the host answers as a hostile root would: the
     certificate names the inventory's name and address only, and is no CA."""
-    assert OPENSSL is not None, "openssl is missing (Debian package openssl, installed by scripts/setup)"
+    assert OPENSSL is not None, "openssl is missing (Debian package openssl)"
     collections = _collection_with_hostile_host(tmp_path / "collections")
     folder = tmp_path / "hosts" / "gpu01"
     inventory = {"all": {"hosts": {"gpu01": {"ansible_host": "127.0.0.1", "monitoring_tls_dir": str(folder)}},
