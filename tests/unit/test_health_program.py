@@ -19,6 +19,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import shlex
 import ssl
 import subprocess
@@ -261,8 +262,13 @@ class Node:
         return self.root / "kern.log"
 
     def gpus(self, state: str) -> None:
-        """Answer nvidia-smi with a recorded state; append its kernel messages, as the fault would print them."""
-        (self.root / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(GPUS / state))}.xml\n")
+        """Answer nvidia-smi with a sandbox state, at the pinned driver as the stand-in answers on a node with it
+        installed; append its kernel messages, as the fault would print them."""
+        answer = self.root / f"{state}.xml"
+        answer.write_text(
+            re.sub(r"<driver_version>[^<]*<", f"<driver_version>{PIN}<", (GPUS / f"{state}.xml").read_text())
+        )
+        (self.root / "bin" / "nvidia-smi").write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(answer))}\n")
         (self.root / "bin" / "nvidia-smi").chmod(0o755)
         messages = GPUS / f"{state}.kern.log"
         if messages.exists():
