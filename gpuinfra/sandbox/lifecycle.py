@@ -32,6 +32,7 @@ from .podman import (
 )
 from .resize import SUFFIX as RESIZED_SUFFIX
 from .spec import (
+    COMPILER_CACHE,
     LABEL,
     SPEC_LABEL,
     ContainerSpec,
@@ -111,6 +112,7 @@ def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
     elif not image_exists(image):
         raise SandboxError(f"image {image} does not exist; build it first, or leave out --image to use {DEFAULT_IMAGE}")
     access.ensure_state_dir(spec.state_dir)
+    COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
     if access.ensure_keypair(spec.ssh_key):
         changes.append(f"generated key pair {spec.ssh_key}")
     if _ensure_network(spec):

@@ -29,8 +29,13 @@ ULIMITS = ("nofile=1024:1024", "nproc=4096:4096")
 # Fake GPUs are /dev/null mapped to the NVIDIA device names: enough for slurmd's gres.conf and for checks of
 # device files; no driver can talk to them (see Gpu.emulated).
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
-# Recorded nvidia-smi answers for the emulated GPUs, and the tools that pick one (see gpus/).
+# nvidia-smi answers for the emulated GPUs, made from a real recording (answers.py), and the tools that pick one.
 EMULATED_GPUS = Path(__file__).resolve().parent / "gpus"
+# One compiler cache on the machine for every sandbox's GPU nodes, which build the same driver for the same kernel.
+# An image whose compilers go through ccache uses it (molecule/shared/build-driver-image's: a DKMS build of about
+# 3 minutes takes about 1 on the nodes after the first); for any other image the folder stays empty.
+COMPILER_CACHE = Path.home() / ".cache" / "gpuinfra" / "ccache"
+COMPILER_CACHE_DIR = "/var/cache/ccache"
 # The folder this checkout of gpuinfra (or, installed, its site-packages) lives in: never a place for a key.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,9 +213,14 @@ def spec_digest(spec: SandboxSpec, container: ContainerSpec) -> str:
 def run_args(spec: SandboxSpec, container: ContainerSpec) -> list[str]:
     """`podman run` arguments for one host: systemd as PID 1, fake GPUs, a fixed address, labels for `down`.
 
-    GPU hosts also get the hand-written nvidia-smi answers (EMULATED_GPUS), read-only. That mount is left out of the
-    digest: its source is wherever this copy of gpuinfra is installed, which is not a setting of the host."""
-    mounts = ["--volume", f"{EMULATED_GPUS}:{EMULATED_GPU_TOOLS}:ro"] if container.gpus else []
+    GPU hosts also get the emulated GPUs' nvidia-smi answers (EMULATED_GPUS), read-only, and the machine's compiler
+    cache (COMPILER_CACHE, which `up` creates). Both mounts are left out of the digest: their sources are places on
+    this machine, not settings of the host."""
+    mounts = (
+        ["--volume", f"{EMULATED_GPUS}:{EMULATED_GPU_TOOLS}:ro", "--volume", f"{COMPILER_CACHE}:{COMPILER_CACHE_DIR}"]
+        if container.gpus
+        else []
+    )
     return [
         "run", "--detach", "--name", container.name,
         *_settings_args(spec, container), *mounts,

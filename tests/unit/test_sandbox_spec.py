@@ -14,7 +14,7 @@ from gpuinfra.sandbox.access import known_hosts_text
 from gpuinfra.sandbox.image import INCLUDE, PLATFORMS, ImageResult, debootstrap_args
 from gpuinfra.sandbox.resize import SUFFIX as RESIZE_SUFFIX
 from gpuinfra.sandbox.resize import resized
-from gpuinfra.sandbox.spec import network_create_args, run_args, spec_digest, user_id
+from gpuinfra.sandbox.spec import COMPILER_CACHE, EMULATED_GPUS, network_create_args, run_args, spec_digest, user_id
 from gpuinfra.sandbox.tools import MissingTools, missing_message, missing_tools, require
 from gpuinfra.validate.load import load_cluster
 
@@ -86,6 +86,12 @@ def test_podman_run_arguments(tmp_path: Path) -> None:
     assert values("--ulimit") == ["nofile=1024:1024", "nproc=4096:4096"]
     assert values("--device") == gpu1.devices
     assert values("--label") == ["gpuinfra.sandbox=tiny", f"gpuinfra.sandbox.spec={spec_digest(spec, gpu1)}"]
+    # GPU nodes only: the emulated GPUs' answers, read-only, and the machine's compiler cache for their DKMS builds.
+    assert values("--volume") == [
+        f"{EMULATED_GPUS}:/usr/local/lib/gpuinfra-sandbox:ro",
+        f"{COMPILER_CACHE}:/var/cache/ccache",
+    ]
+    assert "--volume" not in run_args(spec, spec.containers[0])
     assert network_create_args(spec) == [
         "network", "create", "--subnet", "10.77.1.0/24", "--gateway", "10.77.1.1",
         "--label", "gpuinfra.sandbox=tiny", "gpuinfra-tiny",
