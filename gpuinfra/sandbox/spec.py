@@ -32,8 +32,8 @@ CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm")
 # nvidia-smi answers for the emulated GPUs, made from a real recording (answers.py), and the tools that pick one.
 EMULATED_GPUS = Path(__file__).resolve().parent / "gpus"
 # One compiler cache on the machine for every sandbox's GPU nodes, which build the same driver for the same kernel.
-# An image whose compilers go through ccache uses it (molecule/shared/build-driver-image's: a DKMS build of about
-# 3 minutes takes about 1 on the nodes after the first); for any other image the folder stays empty.
+# An image whose compilers go through ccache uses it (molecule/shared/build-driver-image's), so the nodes after the
+# first reuse the first one's objects; for any other image the folder stays empty.
 COMPILER_CACHE = Path.home() / ".cache" / "gpuinfra" / "ccache"
 COMPILER_CACHE_DIR = "/var/cache/ccache"
 # The folder this checkout of gpuinfra (or, installed, its site-packages) lives in: never a place for a key.
