@@ -107,6 +107,31 @@ def test_a_real_h100_recording_parses_to_what_nvml_read_from_the_same_gpu() -> N
     assert (verdict["healthy"], verdict["problems"]) == (True, [])
 
 
+@pytest.mark.parametrize(
+    ("state", "status", "nvswitch", "problem"),
+    [
+        ("Completed", "Success", True, None),
+        ("In Progress", "N/A", True, "NVSwitch fabric registration is In Progress (no status)"),
+        ("Completed", "Failure", True, "NVSwitch fabric registration is Completed (Failure)"),
+        ("Not Started", "N/A", False, None),  # a PCIe node: no fabric to join
+        ("N/A", "N/A", True, None),  # a driver or board that reports no fabric (the recording's)
+    ],
+)
+def test_the_fabric_check_on_the_recorded_h100(state: str, status: str, nvswitch: bool, problem: str | None) -> None:
+    """The recorded H100's fabric element, with the registration state a fabric manager leaves it in."""
+    text = (RECORDED / "nvidia-smi-q-x.xml").read_text()
+    recorded = "<fabric>\n\t\t\t<state>N/A</state>\n\t\t\t<status>N/A</status>"
+    assert recorded in text
+    text = text.replace(recorded, f"<fabric>\n\t\t\t<state>{state}</state>\n\t\t\t<status>{status}</status>")
+    policy = nv.Policy(expected_count=1, driver_version="580.159.04", fabric_manager=nvswitch)
+    problems = nv.assess(nv.parse_smi_xml(text.encode()), policy, [])["problems"]
+    assert problems == (
+        []
+        if problem is None
+        else [f"GPU 0 (00000000:00:06.0): {problem}: is nvidia-fabricmanager running, at the driver's version?"]
+    )
+
+
 def test_h100_unhealthy_fields() -> None:
     g3, g6 = report(H100_BAD).gpus[3], report(H100_BAD).gpus[6]
     assert (g3.temperature_c, g3.ecc_volatile_uncorrectable, g3.ecc_aggregate_uncorrectable) == (92, 3, 3)
