@@ -6,7 +6,7 @@ Parses `nvidia-smi -q -x`, the NVRM XID lines of the kernel log and `dkms status
 into a verdict: per-GPU problems and node problems, each a sentence an operator can act on.
 
 This is the one copy of that parsing. It runs on managed hosts (the `gpu_health` and `nvidia_dkms_status` modules,
-the `gpuinfra-health` program the gpu_health_check role installs) and on the controller (the testinfra suite,
+the `gpuinfra-health` program the gpu_health role installs) and on the controller (the testinfra suite,
 tests): standard library only, Python 3.9 or newer, no I/O here. node_probe.py runs the commands.
 """
 

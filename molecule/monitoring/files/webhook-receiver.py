@@ -8,7 +8,7 @@ LOG = sys.argv[2]
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         with open(LOG, "ab") as handle:
             handle.write(body.replace(b"\n", b" ") + b"\n")
