@@ -17,12 +17,12 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 7. the monitoring certificates at their renewal time;
 8. hand-made drift of every kind a skipped role could hide, on five hosts at once;
 9. a user taken out of the cluster file;
-10. a no-op.
+and a no-op after each of them.
 
 Each step runs inside `sampled()`: slurmctld's view of the GPU nodes is sampled every half second on the controller
-through the step and for 3 health intervals after it. No node may be out of service unless the step takes it out on
-purpose, and none may be out in those 3 intervals. After each step a job runs on every GPU node, and the next plain
-apply changes nothing.
+through the step and after it, while a job runs on every GPU node and the next plain apply (the no-op) changes
+nothing, for at least 3 health intervals. No node may be out of service unless the step takes it out on purpose,
+and none may be out after the step.
 
 The driver image (`$GPUINFRA_NODE_IMAGE`, molecule/shared/build-driver-image) saves the first DKMS build on every
 node. `gpuinfra sandbox down tests/sandbox/life/cluster.yml` removes the cluster; a run starts from it removed.
@@ -163,8 +163,9 @@ def nothing_out(node: str, reason: str) -> bool:
 
 @contextlib.contextmanager
 def sampled(life: Life, allowed: Allowed = nothing_out) -> Iterator[list[Sample]]:
-    """Sample sinfo on the controller through the block and for 3 health intervals after it; then check that only
-    `allowed` nodes were taken out of service, every node served in those 3 intervals, and give the samples back."""
+    """Sample sinfo on the controller through the block, and after it while the cluster `serves`, for at least 3
+    health intervals; then check that only `allowed` nodes were taken out of service during the block, that every
+    node served after it, and give the samples back."""
     script = (
         f"while :; do echo \"$(date +%s.%N) $(sinfo --noheader --Node --partition=vision --format='%N|%T|%E' "
         f"| tr '\\n' ';')\"; sleep 0.5; done > {SAMPLES}"
@@ -174,7 +175,8 @@ def sampled(life: Life, allowed: Allowed = nothing_out) -> Iterator[list[Sample]
     samples: list[Sample] = []
     yield samples
     ended = time.time()
-    time.sleep(3 * life.interval)
+    serves(life)
+    time.sleep(max(0.0, ended + 3 * life.interval - time.time()))
     ok("ctl01", f"systemctl stop {SAMPLER}")
     samples.extend(_parse(ok("ctl01", f"cat {SAMPLES}")))
     assert len(samples) > 6 * life.interval, f"only {len(samples)} samples"
@@ -260,7 +262,6 @@ def test_1_converge(life: Life) -> None:
     with sampled(life, allowed=lambda node, reason: True):  # nodes join the cluster during the first apply
         code, doc = apply_json(life)
         assert code in (0, 2) and doc["failures"] == [], doc["failures"]
-    serves(life)
 
 
 def test_2_a_job_per_team_within_its_limits_and_preempted_as_configured(life: Life) -> None:
@@ -306,7 +307,6 @@ def test_2_a_job_per_team_within_its_limits_and_preempted_as_configured(life: Li
         preempted = [job for job in spot if state(job)[0] != "RUNNING"]
         assert [finished(job, timeout=60)[0] for job in preempted] == ["PREEMPTED"], preempted
         ok("ctl01", f"scancel {' '.join(spot)}")
-    serves(life)
 
 
 def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
@@ -320,7 +320,6 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         assert code == 2 and doc["failures"] == [], doc["failures"]
         assert {c["host"] for c in doc["changes"]} == {"ctl01", *life.nodes}, doc["changes"]
     assert finished(job)[:2] == ("COMPLETED", "0:0")
-    serves(life)
 
 
 def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(life: Life, tmp_path: Path) -> None:
@@ -368,7 +367,6 @@ def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(li
         smi = ok(node, "/usr/local/lib/gpuinfra-sandbox/nvidia-smi -q -x")
         pin = json.loads(ok(node, "cat /etc/gpuinfra/health.json"))["policy"]["driver_version"]
         assert (dkms.startswith(NEW), f"<driver_version>{NEW}</driver_version>" in smi, pin) == (True, True, NEW)
-    serves(life)
 
 
 def _kernel_update(life: Life, journal: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -410,7 +408,6 @@ def test_5_a_kernel_update_through_a_held_lock_and_a_failing_health_gate(life: L
         assert len(new) == 1, (node, new)
         (release,) = new
         assert ok(node, f"dkms status -k {release} nvidia-current/{NEW}").strip().endswith("installed"), node
-    serves(life)
 
 
 def _hashes(life: Life, path: str) -> set[str]:
@@ -450,7 +447,6 @@ def test_6_secrets_rotated_through_the_vault_and_through_the_secrets_folder(life
         rotated = _hashes(life, "/etc/munge/munge.key")
         assert rotated == {hashlib.sha256((SECRETS / "munge.key").read_bytes()).hexdigest()} and rotated != vaulted
     assert finished(job)[:2] == ("COMPLETED", "0:0")
-    serves(life)
 
 
 def test_7_the_monitoring_certificates_at_their_renewal_time(life: Life) -> None:
@@ -478,7 +474,6 @@ def test_7_the_monitoring_certificates_at_their_renewal_time(life: Life) -> None
     health = scrape_health(life.file, "https")
     assert set(health.values()) == {"up"} and len(health) >= len(hosts), health
     assert all(url.startswith("https://") for url in health), health
-    serves(life)
 
 
 # Every kind of drift a skipped role could hide, two at most per host, each in a role of its own (on gpu04 the
@@ -515,7 +510,6 @@ def test_8_hand_made_drift_put_back_by_one_plain_apply(life: Life) -> None:
         assert {c["host"] for c in doc["changes"]} == set(DRIFT), doc["changes"]
     for host, check in checks.items():
         assert sh(host, check).returncode == 0, host
-    serves(life)
 
 
 def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None:
@@ -531,10 +525,3 @@ def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None
     assert ok("ctl01", "sacctmgr --noheader --parsable2 show assoc where user=bob format=Account").strip() == ""
     refused = sh("ctl01", "runuser -u bob -- srun --partition=nlp --chdir=/tmp --immediate=30 true")
     assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
-    serves(life)
-
-
-def test_10_a_no_op(life: Life) -> None:
-    with sampled(life):
-        next_apply_changes_nothing(life)
-    jobs_run_on_every_node(life)
