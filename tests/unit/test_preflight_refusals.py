@@ -8,15 +8,11 @@ meets, a package manager lock held by another process, and a dpkg database with 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pytest
 from test_upgrade_dpkg_lock import hold
 
 from gpuinfra.run import Outcome, RunOptions, run_playbook
-
-pytestmark = pytest.mark.skipif(shutil.which("lslocks") is None, reason="lslocks (util-linux) is not installed")
 
 HALF_CONFIGURED = """\
 Package: gpuinfra-test-half
