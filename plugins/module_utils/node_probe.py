@@ -9,6 +9,7 @@ The one copy of that I/O, shared by the `gpu_health` module (through Ansible's r
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ Run = Callable[[Sequence[str]], "tuple[int, str, str]"]
 Which = Callable[[str], "str | None"]
 
 SYS_MODULE_VERSION = "/sys/module/nvidia/version"
+# What `modinfo` and `dkms status` read besides each kernel's modules folder: DKMS's tree and settings, and the
+# module aliases (Debian's driver names its module nvidia-current and aliases it to nvidia).
+MODULE_TREES = ("/var/lib/dkms", "/etc/dkms", "/etc/modprobe.d", "/lib/modprobe.d")
 
 
 @dataclass
@@ -47,6 +51,12 @@ class ProbeOptions:
     """Kernels DKMS must have built the module for; empty: the running kernel and every installed one."""
     fabric_manager_unit: str = "nvidia-fabricmanager"
     """Service that must be active where the policy says the GPUs sit on an NVSwitch fabric."""
+    module_cache: dict[str, Any] | None = None
+    """Where a caller that checks again and again keeps modinfo's and `dkms status`'s answers: they are asked again
+    only when a file they read has changed (both unpack the 40 MB module, seconds of CPU on every check); None:
+    always ask."""
+    module_trees: Sequence[str] = MODULE_TREES
+    modules_dir: str = "/lib/modules"
 
 
 @dataclass
@@ -144,9 +154,56 @@ def module_versions(run: Run, which: Which) -> tuple[str | None, str | None]:
     return modinfo_version, loaded_version
 
 
+def kernels_to_check(options: ProbeOptions) -> list[str]:
+    running = os.uname().release
+    return list(options.dkms_kernels) or installed_kernels(modules_dir=options.modules_dir, running=running)
+
+
+def module_files_digest(kernels: Sequence[str], tools: Sequence[str | None], options: ProbeOptions) -> str:
+    """A digest of the name, kind, size and modification time of every file modinfo and `dkms status` read (each
+    kernel's modules folder, DKMS's tree, the aliases, the tools themselves): a package, a build or depmod that
+    changes what they would answer changes it."""
+    roots = [*options.module_trees, *(os.path.join(options.modules_dir, k) for k in kernels)]
+    digest = hashlib.sha256("\0".join([*kernels, *(t or "" for t in tools)]).encode())
+    for root in [*roots, *(t for t in tools if t)]:
+        paths = [root]
+        for folder, names, files in os.walk(root):
+            names.sort()
+            paths += [os.path.join(folder, name) for name in sorted(names + files)]
+        for path in paths:
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            digest.update(f"{path}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode())
+    return digest.hexdigest()
+
+
+def remembered(run: Run, cache: dict[str, Any] | None, digest: str) -> Run:
+    """`run`, answering from `cache` a command that succeeded while the module files had this digest."""
+    if cache is None:
+        return run
+    if cache.get("digest") != digest:
+        cache.clear()
+        cache.update(digest=digest, answers={})
+    answers: dict[str, Any] = cache["answers"]
+
+    def answer(argv: Sequence[str]) -> tuple[int, str, str]:
+        key = "\0".join(argv)
+        if key not in answers:
+            rc, out, err = run(argv)
+            if rc != 0:  # a failure or a timeout is asked again next time
+                return rc, out, err
+            answers[key] = [rc, out, err]
+        rc, out, err = answers[key]
+        return rc, out, err
+
+    return answer
+
+
 def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
     """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
-    kernels = list(options.dkms_kernels) or installed_kernels(running=os.uname().release)
+    kernels = kernels_to_check(options)
     dkms = which("dkms")
     if not kernels:
         return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"]
@@ -174,6 +231,10 @@ def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_e
     decides which part of the kernel log counts (since boot, or since its last check)."""
     report, smi_rc, node_problems = read_smi(run, which, options)
     pin = policy.driver_version
+    if options.module_cache is not None and (options.check_kernel_module or options.check_dkms):
+        kernels = sorted({*kernels_to_check(options), os.uname().release})  # modinfo reads the running one's
+        tools = [which("modinfo"), which("dkms")]
+        run = remembered(run, options.module_cache, module_files_digest(kernels, tools, options))
     modinfo_version, loaded_version = None, None
     if options.check_kernel_module:
         modinfo_version, loaded_version = module_versions(run, which)

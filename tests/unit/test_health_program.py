@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import importlib
 import ipaddress
 import json
 import os
@@ -736,3 +737,94 @@ def test_the_kubeconfig_k8s_node_health_writes_takes_the_node_out_of_scheduling(
     code, verdict = node.run()
     assert code == 1 and verdict["action"].startswith("tainted gpuinfra.io/gpu-unhealthy:NoSchedule")
     assert {r["authorization"] for r in api.requests} == {f"Bearer {TOKEN}"}
+
+
+# --- modinfo and dkms answers kept between checks ---------------------------------------------------------------
+
+# modinfo and `dkms status` each unpack the compressed nvidia module: seconds of CPU on every check of every node.
+COUNTED_MODINFO = f"""#!/bin/sh
+echo "$@" >> "$0.calls"
+[ -e "$0.fails" ] && exit 1
+echo {PIN}
+"""
+
+
+def _modinfo_calls(node: Node) -> int:
+    calls = node.root / "bin" / "modinfo.calls"
+    return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+def test_modinfo_is_asked_again_only_when_what_it_reads_changed(node: Node) -> None:
+    modinfo = node.root / "bin" / "modinfo"
+    modinfo.write_text(COUNTED_MODINFO)
+    modinfo.chmod(0o755)
+    node.config(check_kernel_module=True)
+    for _ in range(3):
+        node.run()
+    assert _modinfo_calls(node) == 1
+    state = json.loads((node.root / "state" / "s.json").read_text())
+    assert [answer[1] for answer in state["module_cache"]["answers"].values()] == [f"{PIN}\n"]
+
+    os.utime(modinfo, ns=(0, 0))  # a new modinfo (kmod upgraded) is asked again
+    node.run()
+    assert _modinfo_calls(node) == 2
+
+    (node.root / "bin" / "modinfo.fails").touch()
+    os.utime(modinfo, ns=(1, 1))
+    node.run()
+    node.run()  # a failed answer is never kept
+    assert _modinfo_calls(node) == 4
+
+
+@pytest.fixture
+def probe(node: Node) -> Iterator[Any]:
+    """node_probe.py imported as the program imports it (its library folder first on the path)."""
+    sys.path.insert(0, str(node.root / "lib"))
+    try:
+        yield importlib.import_module("gpuinfra_node.node_probe")
+    finally:
+        sys.path.remove(str(node.root / "lib"))
+        for name in [n for n in sys.modules if n.startswith("gpuinfra_node")]:
+            del sys.modules[name]
+
+
+def test_the_module_files_digest_follows_dkms_the_kernels_and_the_tools(node: Node, probe: Any) -> None:
+    dkms_tree, modules = node.root / "var-lib-dkms", node.root / "lib-modules"
+    built = dkms_tree / "nvidia-current" / PIN / "6.1.0-31-amd64" / "x86_64" / "module"
+    built.mkdir(parents=True)
+    (modules / "6.1.0-31-amd64" / "updates" / "dkms").mkdir(parents=True)
+    options = probe.ProbeOptions(module_trees=[str(dkms_tree)], modules_dir=str(modules))
+    tools = [str(node.root / "bin" / "scontrol"), None]
+
+    def digest(kernels: tuple[str, ...] = ("6.1.0-31-amd64",)) -> str:
+        result: str = probe.module_files_digest(list(kernels), tools, options)
+        return result
+
+    before = digest()
+    assert digest() == before
+    changes = [
+        lambda: (built / "nvidia-current.ko.xz").write_bytes(b"built"),  # DKMS built it
+        lambda: (modules / "6.1.0-31-amd64" / "updates" / "dkms" / "nvidia-current.ko.xz").write_bytes(b"built"),
+        lambda: os.utime(node.root / "bin" / "scontrol", ns=(0, 0)),  # the tool was upgraded
+    ]
+    for change in changes:
+        change()
+        assert digest() != before
+        before = digest()
+    assert digest(("6.1.0-31-amd64", "6.1.0-32-amd64")) != before  # a kernel was installed
+
+
+def test_a_kept_answer_is_dropped_when_the_digest_changes(probe: Any) -> None:
+    asked: list[list[str]] = []
+
+    def run(argv: Any) -> tuple[int, str, str]:
+        asked.append(list(argv))
+        return (0, "answer", "") if argv[0] == "dkms" else (1, "", "failed")
+
+    cache: dict[str, Any] = {}
+    for digest in ("a", "a", "b"):
+        remembered = probe.remembered(run, cache, digest)
+        assert remembered(["dkms", "status"]) == (0, "answer", "")
+        assert remembered(["modinfo", "nvidia"]) == (1, "", "failed")
+    dkms, modinfo = ["dkms", "status"], ["modinfo", "nvidia"]
+    assert asked == [dkms, modinfo, modinfo, dkms, modinfo]  # digest a, a again (modinfo failed), b
