@@ -100,7 +100,7 @@ options:
   stale_after:
     description:
       - With O(state=record), a time (seconds since the epoch) after which the receipt no longer holds, whatever
-        else is unchanged: when the role's own state expires, such as a certificate due for renewal.
+        else is unchanged, for a role whose own state expires, such as a certificate due for renewal.
     type: int
   secrets_dir:
     description:
