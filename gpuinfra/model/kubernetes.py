@@ -1,4 +1,4 @@
-"""Kubernetes with the NVIDIA GPU Operator: operator settings, GPU sharing and tenants."""
+"""Kubernetes with the NVIDIA GPU Operator: operator settings, GPU sharing, tenants and their queues (Kueue)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from ..validate.grammar import (
     CountOrPercentage,
     DnsLabel,
     DnsSubdomain,
+    Duration,
+    GpuModelName,
     LabelKey,
     LabelValue,
     MigProfileName,
@@ -91,6 +93,20 @@ class Subject(Model):
     """Only for ServiceAccount subjects; defaults to the tenant's namespace."""
 
 
+class TenantQueue(Model):
+    """The team's ClusterQueue in the cohort (only with `kubernetes.queues`)."""
+
+    gpus: dict[GpuModelName, NonNegativeInt] = {}
+    """The team's quota per GPU model, which must add up to its gpu_quota; empty puts all of gpu_quota on the
+    cluster's only GPU model."""
+    borrowing_limit: NonNegativeInt | None = None
+    """GPUs of each model the team may use beyond its quota while other teams leave theirs idle; unset: as many as
+    the cohort has idle, 0: none. The namespace's ResourceQuota is raised to gpu_quota plus this."""
+    lending_limit: NonNegativeInt | None = None
+    """GPUs of each model other teams may borrow from this team's idle quota (at most its quota of the model);
+    unset: all of it."""
+
+
 class Tenant(Model):
     namespace: DnsLabel | None = None
     """Kubernetes namespace; defaults to the tenant's name."""
@@ -104,6 +120,38 @@ class Tenant(Model):
     """Who gets `access` to the namespace."""
     access: Literal["edit", "view", "admin"] = "edit"
     """Built-in ClusterRole the subjects are bound to inside the namespace."""
+    queue: TenantQueue = TenantQueue()
+    """The team's queue, with `kubernetes.queues`."""
+
+
+class QueuePreemption(Model):
+    """What a waiting job may evict (Kueue's ClusterQueue preemption)."""
+
+    within_team: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
+    """Inside the team's own quota: evict the team's lower-priority jobs."""
+    reclaim: Literal["Never", "LowerPriority", "Any"] = "Any"
+    """A team within its quota takes back GPUs other teams borrowed: `Any` evicts borrowers whatever their
+    priority, `LowerPriority` only lower-priority ones."""
+    borrow_within_cohort: Literal["Never", "LowerPriority"] = "Never"
+    """A job that needs to borrow may evict lower-priority jobs of other teams; needs `reclaim` other than Never."""
+
+
+class Queues(Model):
+    """Kueue: each tenant gets a ClusterQueue in one cohort and a LocalQueue named `default` in its namespace, so
+    a team borrows what others leave idle, waits in order instead of failing on its ResourceQuota, and a job with
+    several pods is admitted whole or not at all."""
+
+    chart_version: ChartVersion = "0.19.2"
+    """Version of the `kueue` Helm chart (its CRDs at v1beta2)."""
+    namespace: DnsLabel = "kueue-system"
+    cohort: DnsLabel = "gpuinfra"
+    """The cohort every team's ClusterQueue belongs to: the teams that lend to and borrow from each other."""
+    preemption: QueuePreemption = QueuePreemption()
+    priorities: dict[DnsLabel, Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]] = {}
+    """WorkloadPriorityClasses by name and value, chosen by a job's `kueue.x-k8s.io/priority-class` label."""
+    all_pods_ready_within: Duration | None = "10m"
+    """All-or-nothing: a job whose pods are not all running this long after admission gives its quota back and
+    waits again (Kueue's waitForPodsReady); unset: admission alone counts."""
 
 
 class Kubernetes(Model):
@@ -115,6 +163,8 @@ class Kubernetes(Model):
     """Share each full GPU between several pods (no memory or fault isolation between them)."""
     tenants: dict[Name, Tenant] = {}
     """Teams, each with a namespace, GPU quotas, limits and access."""
+    queues: Queues | None = None
+    """Queue the teams' jobs with Kueue; unset: the ResourceQuota alone refuses what is over a team's quota."""
     gpu_node_taints: list[Taint] = [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
     """Taints on every k8s_gpu_worker node, so that only pods that tolerate them land there."""
     gpu_node_labels: dict[LabelKey, LabelValue] = {}

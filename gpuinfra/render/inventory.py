@@ -22,6 +22,10 @@ from .vars import concern_modules
 
 GPU_NODES = "gpu_nodes"
 FRESH_GROUP_PREFIX = "gpuinfra_fresh_"
+# Roles the cluster file leaves out, from every concern: the receipts play keeps every host out of their plays.
+LEFT_OUT = "gpuinfra_roles_left_out"
+# Roles a cluster file may leave out that record no receipt: their plays too leave out the fresh group's hosts.
+OPTIONAL_ROLES = ("gpu_preflight", "kueue")
 # The header every generated file starts with (templates write `{{ ansible_managed }}`): set in the inventory, so
 # that a run writes exactly what `gpuinfra plan` shows.
 ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."
@@ -95,8 +99,12 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         NAMES_VARIABLE: receipt_variables(),
         **connection_vars(rc),
     }
+    left_out: list[str] = []
     for module in concern_modules():
-        out.update(module.group_vars(rc))
+        concern = module.group_vars(rc)
+        left_out += concern.pop(LEFT_OUT, [])
+        out.update(concern)
+    out[LEFT_OUT] = left_out
     return out
 
 
@@ -105,7 +113,7 @@ def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {role: [] for role in ROLES}
     out[GPU_NODES] = []
     # Filled during a run by playbooks/receipts.yml; present and empty, so plays that leave them out find them.
-    out.update({FRESH_GROUP_PREFIX + role: [] for role in (*receipt_roles(), "gpu_preflight")})
+    out.update({FRESH_GROUP_PREFIX + role: [] for role in (*receipt_roles(), *OPTIONAL_ROLES)})
     for host in rc.hosts.values():
         for role in host.roles:
             out[role].append(host.name)

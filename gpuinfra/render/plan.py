@@ -1,8 +1,8 @@
 """Render every artifact a run would write, from the roles' own templates.
 
 Variables are layered as Ansible layers them for a play: role defaults, then the inventory's `all` vars, then the
-host's vars. Ansible's own templar does the rendering, so filters, lookups of other variables and whitespace rules
-are exactly those of the `template` module.
+host's vars, then the role's vars/main.yml. Ansible's own templar does the rendering, so filters, lookups of other
+variables and whitespace rules are exactly those of the `template` module.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class Rendered:
 
 
 @cache
-def _role_defaults(role: str) -> dict[str, Any]:
-    path = ROOT / "roles" / role / "defaults" / "main.yml"
+def _role_file(role: str, folder: str) -> dict[str, Any]:
+    """The variables of a role's defaults/main.yml or vars/main.yml."""
+    path = ROOT / "roles" / role / folder / "main.yml"
     if not path.exists():
         return {}
     data = YAML(typ="safe").load(path.read_text()) or {}
@@ -89,9 +90,10 @@ def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rend
         if artifact.host_role and host is None:
             continue
         variables: dict[str, Any] = {
-            **_role_defaults(artifact.role),
+            **_role_file(artifact.role, "defaults"),
             **shared,
             **(host_vars(rc.hosts[host]) if host else {}),
+            **_role_file(artifact.role, "vars"),
             "groups": {"all": list(rc.hosts), **members},
             "hostvars": all_hostvars,
             "inventory_hostname": host or "localhost",

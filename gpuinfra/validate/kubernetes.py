@@ -1,5 +1,5 @@
-"""Kubernetes rules: the GPU Operator's extra chart values, tenants' namespaces, and quotas and limits against the GPU
-capacity the workers advertise.
+"""Kubernetes rules: the GPU Operator's extra chart values, tenants' namespaces and queues, and quotas and limits
+against the GPU capacity the workers advertise.
 
 Capacity findings are warnings, not errors: a site may overcommit quotas on purpose, or add nodes later.
 """
@@ -54,8 +54,63 @@ def check(rc: ResolvedCluster, report: Report) -> None:
                 ("kubernetes", "tenants", name), f"shares the namespace {namespace!r} with tenant {seen[namespace]!r}"
             )
         seen.setdefault(namespace, name)
+    _queues(rc, k8s, report)
     for loc, message in capacity_warnings(rc):
         report.warning(loc, message)
+
+
+def worker_gpu_models(rc: ResolvedCluster) -> list[str]:
+    """The GPU models of the k8s_gpu_worker hosts: one Kueue ResourceFlavor each."""
+    return sorted({h.gpu_model for h in rc.with_role(WORKER_ROLE) if h.gpu_model})
+
+
+def queue_quota(rc: ResolvedCluster, tenant: Tenant) -> dict[str, int]:
+    """The team's nominal quota of full GPUs per model: its queue's split, or all of gpu_quota on the only model."""
+    if tenant.queue.gpus:
+        return dict(tenant.queue.gpus)
+    models = worker_gpu_models(rc)
+    return {models[0]: tenant.gpu_quota} if len(models) == 1 else {}
+
+
+def _queues(rc: ResolvedCluster, k8s: Kubernetes, report: Report) -> None:
+    """A team's queue splits its gpu_quota between GPU models the workers have; nothing is written for queues that
+    are not on."""
+    queues = k8s.queues
+    if queues is None:
+        for name, tenant in k8s.tenants.items():
+            if "queue" in tenant.model_fields_set:
+                report.error(
+                    ("kubernetes", "tenants", name, "queue"),
+                    "kubernetes.queues is not set, so no queue is made: set it (Kueue) or remove this queue",
+                )
+        return
+    if queues.preemption.reclaim == "Never" and queues.preemption.borrow_within_cohort != "Never":
+        report.error(
+            ("kubernetes", "queues", "preemption", "borrow_within_cohort"),
+            "a borrower may evict others' jobs only where a team may reclaim its own quota (Kueue refuses the "
+            "ClusterQueue): set reclaim to LowerPriority or Any, or this to Never",
+        )
+    models = worker_gpu_models(rc)
+    for name, tenant in k8s.tenants.items():
+        loc: Loc = ("kubernetes", "tenants", name)
+        split = tenant.queue.gpus
+        for model in split:
+            if model not in models:
+                report.error(
+                    (*loc, "queue", "gpus", model),
+                    f"no k8s_gpu_worker host has {model} GPUs (they have: {', '.join(models) or 'none'})",
+                )
+        if split and sum(split.values()) != tenant.gpu_quota:
+            report.error(
+                (*loc, "queue", "gpus"),
+                f"the split adds up to {sum(split.values())} GPUs, not the tenant's gpu_quota of {tenant.gpu_quota}",
+            )
+        elif not split and len(models) > 1 and tenant.gpu_quota > 0:
+            report.error(
+                (*loc, "gpu_quota"),
+                f"the k8s_gpu_worker hosts have several GPU models ({', '.join(models)}): say how the quota splits "
+                "between them in queue.gpus",
+            )
 
 
 def _node_names(rc: ResolvedCluster, report: Report) -> None:

@@ -9,7 +9,18 @@ from ..errors import Diagnostic
 from .source import Loc, YamlSource
 
 # Keys whose children are named items, shown as name[key] rather than name.key.
-_COLLECTIONS = {"node_groups", "partitions", "qos", "accounts", "tenants", "layouts", "receivers", "addresses"}
+_COLLECTIONS = {
+    "node_groups",
+    "partitions",
+    "qos",
+    "accounts",
+    "tenants",
+    "layouts",
+    "receivers",
+    "addresses",
+    "gpus",
+    "priorities",
+}
 
 
 @dataclass

@@ -98,7 +98,11 @@ def test_tenants_and_gpu_nodes() -> None:
     }
     nodes = {tuple(n["nodes"]): n for n in variables["k8s_tenants_nodes"]}
     h100 = nodes[("h100-01", "h100-02")]
-    assert h100["labels"] == {"gpuinfra.io/gpu": "true", "gpuinfra.io/pool": "training"}
+    assert h100["labels"] == {
+        "gpuinfra.io/gpu": "true",
+        "gpuinfra.io/pool": "training",
+        "gpuinfra.io/gpu-model": "h100-sxm5-80gb",  # what the queues' flavors select
+    }
     assert h100["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "gpuinfra.io/pool", "value": "training", "effect": "NoSchedule"},

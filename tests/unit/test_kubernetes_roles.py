@@ -1,4 +1,4 @@
-"""The gpu_operator and k8s_tenants roles run by Ansible as far as they go without an API server.
+"""The gpu_operator, k8s_tenants and kueue roles run by Ansible as far as they go without an API server.
 
 With `*_apply: false` the roles write the Helm values and manifests and stop before any call to the cluster. They
 run here on localhost, first in check mode (nothing may be written), then for real, then again (nothing may change);
@@ -22,13 +22,14 @@ from gpuinfra.render.inventory import group_vars
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the roles write root-owned files, as on a control host")
 
 PLAYBOOK = """
-- name: Write the GPU Operator's and the tenants' files without a cluster
+- name: Write the GPU Operator's, the tenants' and their queues' files without a cluster
   hosts: localhost
   connection: local
   gather_facts: false
   roles:
     - role: gpu_operator
     - role: k8s_tenants
+    - role: kueue
 """
 
 
@@ -39,6 +40,8 @@ def _run(tmp_path: Path, example: str, *extra: str) -> subprocess.CompletedProce
         "gpu_operator_config_dir": str(tmp_path / "gpu-operator"),
         "k8s_tenants_apply": False,
         "k8s_tenants_config_dir": str(tmp_path / "k8s-tenants"),
+        "kueue_apply": False,
+        "kueue_config_dir": str(tmp_path / "kueue"),
         "ansible_python_interpreter": sys.executable,
     }
     (tmp_path / "vars.json").write_text(json.dumps(variables))
@@ -77,13 +80,14 @@ def _stats(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 def test_roles_write_what_plan_shows(tmp_path: Path, example: str) -> None:
     checked = _stats(_run(tmp_path, example, "--check"))
     assert checked["changed"] > 0 and checked["failures"] == 0
-    assert not (tmp_path / "gpu-operator").exists() and not (tmp_path / "k8s-tenants").exists()
+    assert not any((tmp_path / folder).exists() for folder in ("gpu-operator", "k8s-tenants", "kueue"))
 
     assert _stats(_run(tmp_path, example))["changed"] > 0
     plan = rendered(example)
-    for path in ("gpu-operator/values.yaml", "gpu-operator/device-plugin-configmap.yaml"):
+    for path in ("gpu-operator/values.yaml", "gpu-operator/device-plugin-configmap.yaml", "kueue/values.yaml"):
         assert yaml_load((tmp_path / path).read_text()) == yaml_load(plan[path].content), path
-    for path in ("gpu-operator/namespace.yaml", "gpu-operator/mig-parted-configmap.yaml", "k8s-tenants/tenants.yaml"):
+    manifests = ("gpu-operator/namespace.yaml", "gpu-operator/mig-parted-configmap.yaml", "k8s-tenants/tenants.yaml")
+    for path in (*manifests, "kueue/queues.yaml"):
         assert yaml_load_all((tmp_path / path).read_text()) == yaml_load_all(plan[path].content), path
     assert (tmp_path / "gpu-operator" / "values.yaml").stat().st_mode & 0o777 == 0o640
 

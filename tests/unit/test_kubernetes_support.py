@@ -95,10 +95,11 @@ def find_helm() -> Path | None:
 
 @dataclass(frozen=True)
 class Chart:
-    """The pinned gpu-operator chart and a helm to render it."""
+    """A pinned chart (gpu-operator unless said otherwise) and a helm to render it."""
 
     path: Path
     helm: Path
+    release: str = "gpu-operator"
 
     def template(self, *values: str, namespace: str = "gpu-operator", flags: tuple[str, ...] = ()) -> list[Any]:
         """The objects `helm template` renders from the chart with these values files' contents, in order (later
@@ -110,7 +111,7 @@ class Chart:
                 path.write_text(text)
                 files += ["--values", str(path)]
             done = subprocess.run(
-                [str(self.helm), "template", "gpu-operator", str(self.path), "--namespace", namespace, *files, *flags],
+                [str(self.helm), "template", self.release, str(self.path), "--namespace", namespace, *files, *flags],
                 capture_output=True,
                 text=True,
                 check=False,

@@ -38,6 +38,7 @@ CONCERNS: dict[str, frozenset[str]] = {
     "accounting": frozenset({"slurm_dbd", "slurm_accounting"}),
     "kubernetes": frozenset({"gpu_operator"}),
     "tenants": frozenset({"k8s_tenants"}),
+    "queues": frozenset({"kueue"}),
     "monitoring": frozenset(
         {"monitoring_tls", "prometheus", "alertmanager", "grafana", "node_exporter", "dcgm_exporter"}
     ),
