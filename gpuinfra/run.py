@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any
 
 import ansible_runner
+import psutil
 
 from .collection import ROOT, link_collection
 from .errors import GpuinfraError
@@ -272,6 +273,39 @@ def _sigint_cancels(cancelled: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+# How long ansible-playbook has, once asked to stop, to stop its workers and their commands.
+STOP_GRACE_SECONDS = 10
+
+
+def stop_ansible(run_dir: Path) -> None:
+    """Stop this run's ansible-playbook and everything it started. Runner's own stop kills the process group of
+    ansible-playbook, but each of its workers leads a group of its own (ansible-core 2.19 and later), so a task's
+    command (an apt run, a reboot, a drain) would go on after the run reported it stopped. SIGTERM lets
+    ansible-playbook stop its workers; whatever of the run is still alive after the grace period is killed."""
+    ours = [p for p in psutil.Process().children() if _belongs(p, run_dir)]
+    started = [child for p in ours for child in _children(p)]
+    for process in ours:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    # ansible-playbook itself is runner's to reap (pexpect waits for it); only what it started is waited for here.
+    _, alive = psutil.wait_procs(started, timeout=STOP_GRACE_SECONDS)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def _belongs(process: psutil.Process, run_dir: Path) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return any(str(run_dir) in argument for argument in process.cmdline())
+    return False
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return list(process.children(recursive=True))
+    return []
+
+
 def _outcome(status: str, rc: int, progress: RunProgress) -> Outcome:
     if status == "canceled":
         return Outcome.CANCELLED
@@ -314,13 +348,22 @@ def run_playbook(
             callback_error.append(exc)
         return False  # keep no event files: everything needed is in `progress`
 
+    timed_out = threading.Event()
+    stopped: list[bool] = []
+
     def should_cancel() -> bool:
         try:
             if cancel is not None and cancel():
                 cancelled.set()
         except Exception as exc:  # same reason as above
             callback_error.append(exc)
-        return cancelled.is_set() or bool(callback_error)
+        if options.timeout and time.monotonic() - started > options.timeout:
+            timed_out.set()
+        stop = cancelled.is_set() or timed_out.is_set() or bool(callback_error)
+        if stop and not stopped:
+            stopped.append(True)
+            stop_ansible(run_dir)
+        return stop
 
     cmdline = " ".join(flag for flag, wanted in (("--check", options.check), ("--diff", options.diff)) if wanted)
     started = time.monotonic()
@@ -336,7 +379,6 @@ def run_playbook(
             forks=options.forks,
             extravars=dict(options.extra_vars) or None,
             cmdline=cmdline or None,
-            timeout=options.timeout,
             quiet=True,
             suppress_env_files=True,
             event_handler=on_event,
@@ -345,6 +387,8 @@ def run_playbook(
     if callback_error:
         raise callback_error[0]
     status, rc = str(runner.status), int(runner.rc if runner.rc is not None else 1)
+    if timed_out.is_set() and not cancelled.is_set():
+        status = "timeout"
     # Hosts finish tasks in any order; report per host in inventory order, each host's own events in time order.
     order = {host: index for index, host in enumerate(progress.hosts)}
 

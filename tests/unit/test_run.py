@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_upgrade_timeout import left_behind
 
 from gpuinfra.progress import RunProgress, Update
 from gpuinfra.run import Outcome, RunError, RunOptions, run_playbook, target_hosts
@@ -91,6 +92,7 @@ def test_timeout_stops_the_run(run_root: Path) -> None:
     result = run_playbook(local_inventory("n1"), options("sleep.yml", timeout=1))
     assert result.outcome is Outcome.TIMEOUT and result.status == "timeout"
     assert time.monotonic() - started < 30
+    assert left_behind("sleep 61") == []
 
 
 def test_cancel_callback_stops_the_run(run_root: Path) -> None:
@@ -107,6 +109,8 @@ def test_cancel_callback_stops_the_run(run_root: Path) -> None:
         cancel=lambda: any(u.kind == "task" for u in seen),
     )
     assert result.outcome is Outcome.CANCELLED and result.status == "canceled"
+    # The task's command stopped with the run (ansible-playbook's workers lead process groups of their own).
+    assert left_behind("sleep 61") == []
 
 
 def test_ctrl_c_cancels_the_run(run_root: Path) -> None:
@@ -117,6 +121,7 @@ def test_ctrl_c_cancels_the_run(run_root: Path) -> None:
     finally:
         timer.cancel()
     assert result.outcome is Outcome.CANCELLED
+    assert left_behind("sleep 61") == []
     # The previous handler is back once the run is over.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 

@@ -1,10 +1,13 @@
 """A hung upgrade phase is stopped after the policy's phase_timeout and its node reported failed, instead of
-holding the rollout (and its window) forever. The drain phase gets the drain timeout on top, as it waits for jobs."""
+holding the rollout (and its window) forever; nothing the phase started runs on after it. The drain phase gets the
+drain timeout on top, as it waits for jobs."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import psutil
 
 from gpuinfra.upgrade.ansible import AnsibleExecutor
 from gpuinfra.validate.load import load_cluster
@@ -21,6 +24,17 @@ def test_a_hung_phase_times_out_and_fails_its_node() -> None:
     # Without the timeout the 300 s task would end and the phase pass.
     result = executor("gpu01", "upgrade")
     assert result.status == "failed" and "longer than" in result.reason and "stopped" in result.reason
+    assert left_behind("sleep 301", str(PLAYBOOK)) == []
+
+
+def left_behind(*marks: str) -> list[str]:
+    """Command lines of the processes still running that hold any of these strings."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if any(mark in line for mark in marks):
+            found.append(line)
+    return found
 
 
 def test_the_drain_phase_gets_the_drain_timeout_on_top() -> None:
