@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuinfra.validate import limits
+from gpuinfra import limits
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = ROOT / "tests" / "unit" / "bad"

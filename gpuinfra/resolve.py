@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .hostlists import expand_hosts
 from .model import Cluster, NodeGroup
-from .validate.hosts import expand_hosts
 
 
 def expand_gpu_indices(selector: str, count: int) -> list[int]:

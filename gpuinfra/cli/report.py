@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from ..model.grammar import duration_seconds
 from ..model.monitoring import Monitoring
 from ..report import render
 from ..report.collect import Cancelled, ReportError, collect
@@ -27,7 +28,6 @@ from ..report.sacct import ParseError, parse_sacct
 from ..report.squeue import parse_squeue
 from ..report.usage import job_metrics, usage_report
 from ..report.window import window
-from ..validate.grammar import duration_seconds
 from ..validate.load import LoadedCluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_extra_vars, load_or_report, parse_extra_vars, print_json

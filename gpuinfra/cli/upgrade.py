@@ -20,12 +20,12 @@ from typing import Any, TextIO
 
 import hostlist
 
+from ..model.grammar import duration_seconds
 from ..run import RunError, cluster_inventory, target_hosts
 from ..upgrade.ansible import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from ..upgrade.journal import Journal, JournalBusy, State
 from ..upgrade.pipeline import Interrupted, Report, Rollout
 from ..upgrade.window import resolve_max_unavailable
-from ..validate.grammar import duration_seconds
 from ..validate.load import LoadedCluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_extra_vars, add_json, load_or_report, parse_extra_vars, print_json

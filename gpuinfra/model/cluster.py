@@ -6,9 +6,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from ..validate.grammar import Name
 from .base import Model
 from .driver import ContainerToolkit, Driver
+from .grammar import Name
 from .kubernetes import Kubernetes
 from .mig import Mig
 from .monitoring import Monitoring

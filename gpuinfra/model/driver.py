@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ..validate.grammar import ControllerPath, DriverVersion, KeyFingerprint, PackageVersion, RepoUrl
 from .base import Model
+from .grammar import ControllerPath, DriverVersion, KeyFingerprint, PackageVersion, RepoUrl
 
 
 class DistributionSource(Model):

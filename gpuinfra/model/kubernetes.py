@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..validate.grammar import (
+from .base import Model
+from .grammar import (
     ChartVersion,
     CountOrPercentage,
     DnsLabel,
@@ -21,7 +22,6 @@ from ..validate.grammar import (
     PositiveInt,
     Text,
 )
-from .base import Model
 from .nodes import Taint
 
 

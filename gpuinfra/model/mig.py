@@ -6,8 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from ..validate.grammar import ControllerPath, LayoutName, MigProfileName, PositiveInt
 from .base import Model
+from .grammar import ControllerPath, LayoutName, MigProfileName, PositiveInt
 
 
 class Mig(Model):

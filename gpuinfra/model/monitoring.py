@@ -6,7 +6,9 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from ..validate.grammar import (
+from .base import Model
+from .driver import DistributionSource, LocalSource, MirrorSource, NvidiaRepoSource
+from .grammar import (
     AbsolutePath,
     Duration,
     Email,
@@ -18,8 +20,6 @@ from ..validate.grammar import (
     Percent,
     SlackChannel,
 )
-from .base import Model
-from .driver import DistributionSource, LocalSource, MirrorSource, NvidiaRepoSource
 
 Component = Literal["dcgm_exporter", "node_exporter", "prometheus", "alertmanager", "grafana"]
 COMPONENTS: tuple[Component, ...] = get_args(Component)

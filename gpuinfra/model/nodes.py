@@ -6,7 +6,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from ..validate.grammar import (
+from .base import Model
+from .grammar import (
     AbsolutePath,
     Address,
     ControllerPath,
@@ -21,7 +22,6 @@ from ..validate.grammar import (
     PositiveInt,
     UnixName,
 )
-from .base import Model
 
 # What a host does. Roles become Ansible inventory groups; hosts never carry role booleans.
 Role = Literal[

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from ..validate.grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration_seconds
 from .base import Model
+from .grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration_seconds
 
 # A check reads nvidia-smi once (well under a second on a healthy node); a day is the longest a broken GPU should
 # keep taking jobs.

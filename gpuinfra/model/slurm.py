@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from ..validate.grammar import DecayHalfLife, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
 from .base import Model
+from .grammar import DecayHalfLife, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
 
 # Slurm keeps a suspended job's GRES: a job waiting for GPUs never suspends one that holds them (seen on slurmctld
 # 22.05: the preemptor stays pending for Resources while a cancel or requeue frees the GPUs at once).

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..validate.grammar import duration_seconds
+from ..model.grammar import duration_seconds
 
 # Prometheus sums a window in pieces of at most this length, so that no query loads more than a day of samples.
 CHUNK_S = 86400

@@ -1,11 +1,10 @@
 """The validation layer: every rule a cluster file must pass before anything reads it.
 
-- `grammar`: field types with the grammar of the place each value lands in (host names, Slurm and Kubernetes
-  names, labels, image references, paths, URLs, single-line text);
-- `limits` and `source`: reading YAML with positions, within bounds of size, aliases and depth;
-- `schema_errors`: Pydantic's errors as positioned diagnostics;
-- `rules` with `hosts`, `gpu` (and `mig`), `sources`, `slurm`, `kubernetes`: the cross-field rules;
+- `source`: reading YAML with positions, within the bounds of gpuinfra.limits (size, aliases, depth);
+- `schema_errors`: Pydantic's errors as positioned diagnostics (the field types are gpuinfra.model.grammar's);
+- `rules` with `hosts`, `gpu`, `sources`, `slurm`, `kubernetes`: the cross-field rules, on the shared domain
+  modules below them (gpuinfra.hostlists, gpuinfra.mig_layouts, gpuinfra.k8s_resources);
 - `load`: the entry point, `load_cluster`.
 
-Rendering (gpuinfra.render) only ever sees a cluster that passed all of them.
+Rendering (gpuinfra.render) only ever sees a cluster that passed all of them, and never imports this package.
 """

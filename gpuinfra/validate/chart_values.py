@@ -25,7 +25,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .grammar import HELM_VALUE_KEY, HELM_VALUE_TEXT
+from ..model.grammar import HELM_VALUE_KEY, HELM_VALUE_TEXT
 from .report import suggest
 
 CHART = "gpu-operator"

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import catalog
+from .. import mig_layouts as mig
 from ..errors import InvalidInput
 from ..model import Cluster, MigAssignment
 from ..model.driver import DistributionSource
 from ..resolve import ResolvedCluster, expand_gpu_indices
-from . import mig
 from .report import Report, suggest
 from .source import read_yaml, to_plain
 

@@ -3,31 +3,11 @@ share an address. Names are checked after expansion, because a range can build w
 
 from __future__ import annotations
 
-import hostlist
-
+from ..hostlists import HostlistError, expand_hosts
+from ..limits import MAX_HOSTS
 from ..model import Cluster
-from .grammar import hostname_problem
-from .limits import MAX_HOSTS
+from ..model.grammar import hostname_problem
 from .report import Report
-
-
-class HostlistError(ValueError):
-    """A hostlist expression that cannot be expanded."""
-
-
-def expand_hosts(hosts: str | list[str], budget: int = MAX_HOSTS) -> list[str]:
-    """Expand Slurm-style hostlist expressions (`gpu[01-16]`) into host names, in order, refusing to build more
-    than `budget` names (python-hostlist refuses a single range beyond its own cap before building it)."""
-    exprs = [hosts] if isinstance(hosts, str) else hosts
-    names: list[str] = []
-    for expr in exprs:
-        try:
-            names.extend(hostlist.expand_hostlist(expr))
-        except hostlist.BadHostlist as exc:
-            raise HostlistError(f"bad hostlist expression {expr!r}: {exc}") from None
-        if len(names) > budget:
-            raise HostlistError(f"expands to more than {budget} hosts")
-    return names
 
 
 def check(model: Cluster, report: Report) -> dict[str, list[str]]:

@@ -14,11 +14,12 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from .. import mig_layouts as mig
 from ..errors import Diagnostic, InvalidInput
 from ..model import Cluster
+from ..model.grammar import ControllerPath
 from ..resolve import ResolvedCluster
-from . import mig, rules
-from .grammar import ControllerPath
+from . import rules
 from .schema_errors import diagnostics
 from .source import YamlSource, read_yaml, to_plain
 

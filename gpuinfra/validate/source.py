@@ -30,7 +30,7 @@ from ruamel.yaml.parser import ParserError
 from ruamel.yaml.scanner import ScannerError
 
 from ..errors import Diagnostic, InvalidInput
-from .limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
+from ..limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
 
 Loc = Sequence[str | int]
 MERGE_TAG = "tag:yaml.org,2002:merge"

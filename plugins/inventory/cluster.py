@@ -95,7 +95,7 @@ plugin: gpuinfra.cluster.cluster
 cluster_file: ../inventories/sandbox/cluster.yml
 """
 
-# gpuinfra reads no more of a cluster file than this (gpuinfra.validate.limits.MAX_FILE_BYTES), so neither does
+# gpuinfra reads no more of a cluster file than this (gpuinfra.limits.MAX_FILE_BYTES), so neither does
 # verify_file when it looks for the file's top-level keys.
 SNIFF_BYTES = 128 * 1024
 # The largest inventory_file read: 10,000 hosts take about 40 MiB.

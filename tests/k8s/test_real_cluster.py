@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from gpuinfra import k8s_resources
 from gpuinfra.render.vars import kubernetes as k8s_vars
 from gpuinfra.render.vars import mig as mig_vars
-from gpuinfra.validate import kubernetes as k8s_rules
 from gpuinfra.validate.load import LoadedCluster, load_cluster
 
 KUBECONFIG = os.environ.get("GPUINFRA_K8S_KUBECONFIG", "")
@@ -79,7 +79,7 @@ def test_gpu_nodes_advertise_the_capacity_the_model_expects() -> None:
     for host in cluster().resolved.with_role(k8s_vars.WORKER_ROLE):
         allocatable = get("node", host.name)["status"]["allocatable"]
         advertised = {k: int(v) for k, v in allocatable.items() if k.startswith("nvidia.com/")}
-        assert advertised == dict(k8s_rules.host_capacity(host, k8s, layouts)), host.name
+        assert advertised == dict(k8s_resources.host_capacity(host, k8s, layouts)), host.name
 
 
 def test_gpu_nodes_carry_the_model_labels_taints_and_mig_config() -> None:

@@ -48,7 +48,7 @@ import pytest
 from harness import MARKS, ROOT, gpuinfra, on_host, plain_playbook, scrape_health
 from ruamel.yaml import YAML
 
-from gpuinfra.validate.grammar import duration_seconds
+from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.validate.load import load_cluster
 
 LIFE = Path(__file__).resolve().parent / "life" / "cluster.yml"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
 
-from gpuinfra.validate.grammar import duration_seconds
+from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.validate.load import load_cluster
 
 SWITCH = "/usr/local/lib/gpuinfra-sandbox/gpuinfra-sandbox-gpu"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuinfra import catalog
+from gpuinfra import mig_layouts as mig
 from gpuinfra.catalog import GpuSpec
-from gpuinfra.validate import mig
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = catalog.specs()

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra import limits
 from gpuinfra.errors import InvalidInput
 from gpuinfra.render.inventory import as_data, inventory_yaml, unsafe
 from gpuinfra.render.plan import render
 from gpuinfra.render.vars import monitoring
 from gpuinfra.resolve import ResolvedCluster
-from gpuinfra.validate import limits
 from gpuinfra.validate.load import load_cluster
 from gpuinfra.validate.source import read_yaml
 

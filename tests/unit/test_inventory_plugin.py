@@ -26,8 +26,8 @@ from ansible.template import is_trusted_as_template
 
 from gpuinfra.cli import exitcodes, main
 from gpuinfra.errors import InvalidInput
+from gpuinfra.limits import MAX_FILE_BYTES
 from gpuinfra.render.inventory import inventory_yaml
-from gpuinfra.validate.limits import MAX_FILE_BYTES
 from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from test_kubernetes_support import DATA, ROOT, loaded
 
+from gpuinfra import k8s_resources
 from gpuinfra.validate import kubernetes as k8s_rules
 from gpuinfra.validate.load import load_cluster
 
@@ -16,7 +17,7 @@ from gpuinfra.validate.load import load_cluster
 def test_capacity_of_the_examples() -> None:
     # k8s-mig: 2 L4 nodes x 4 GPUs x 4 time-sliced replicas; 4 H100 nodes with GPUs 0-3 in sevenths, 4-5 balanced
     # (3g + 2g + 2 x 1g) and 6-7 whole (7g).
-    assert k8s_rules.gpu_capacity(loaded("k8s-mig").resolved) == Counter(
+    assert k8s_resources.gpu_capacity(loaded("k8s-mig").resolved) == Counter(
         {
             "nvidia.com/gpu": 32,
             "nvidia.com/mig-1g.10gb": 4 * (4 * 7 + 2 * 2),
@@ -26,7 +27,7 @@ def test_capacity_of_the_examples() -> None:
         }
     )
     # mig-mixed: 2 H100 nodes with GPUs 6-7 whole; one A100-40GB node with 4 GPUs in halves.
-    assert k8s_rules.gpu_capacity(loaded("mig-mixed").resolved) == Counter(
+    assert k8s_resources.gpu_capacity(loaded("mig-mixed").resolved) == Counter(
         {
             "nvidia.com/gpu": 4,
             "nvidia.com/mig-1g.10gb": 2 * (4 * 7 + 2),
@@ -36,7 +37,7 @@ def test_capacity_of_the_examples() -> None:
         }
     )
     # Renamed time-sliced GPUs: 3 nodes x 4 GPUs x 4 replicas, all as nvidia.com/gpu.shared.
-    assert k8s_rules.gpu_capacity(loaded("time-slicing").resolved) == Counter({"nvidia.com/gpu.shared": 48})
+    assert k8s_resources.gpu_capacity(loaded("time-slicing").resolved) == Counter({"nvidia.com/gpu.shared": 48})
 
 
 def test_the_examples_fit() -> None:

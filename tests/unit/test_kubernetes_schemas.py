@@ -18,7 +18,7 @@ import pytest
 from test_kubernetes_support import loaded, rendered, yaml_load, yaml_load_all
 
 from gpuinfra import catalog
-from gpuinfra.validate import mig
+from gpuinfra import mig_layouts as mig
 
 K8S_EXAMPLES = ["k8s-mig", "mig-mixed", "time-slicing"]
 # An older Kubernetes release among those kubernetes-validate ships, so that the manifests hold on older clusters too;

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuinfra import catalog
+from gpuinfra import mig_layouts as mig
 from gpuinfra.catalog import GpuSpec
 from gpuinfra.errors import InvalidInput
-from gpuinfra.validate import mig
 from gpuinfra.validate.load import load_mig_parted
 from gpuinfra.validate.source import read_yaml, to_plain
 

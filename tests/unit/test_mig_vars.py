@@ -18,9 +18,9 @@ import pytest
 from test_kubernetes_support import DATA, EXAMPLES, GOLDEN, ROOT, check_golden, loaded, rendered, yaml_load
 
 from gpuinfra import catalog
+from gpuinfra import mig_layouts as mig
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.vars import mig as mig_vars
-from gpuinfra.validate import mig
 
 FILES = ["mig/config.yaml", "mig/gpuinfra-mig.service"]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.upgrade.journal import RUN, Journal, State
 from gpuinfra.upgrade.pipeline import PHASES, Interrupted, PhaseResult, Rollout
-from gpuinfra.validate.grammar import duration_seconds
 
 TARGET = "535.261.03"
 

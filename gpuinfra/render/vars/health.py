@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import catalog
+from ...model.grammar import duration_seconds
 from ...resolve import Host, ResolvedCluster
-from ...validate.grammar import duration_seconds
 from ..artifacts import Artifact
 
 # Emulated GPUs (the sandbox) have no hardware for nvidia-smi; `gpuinfra sandbox up` mounts a responder that

@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...k8s_resources import MIG_RESOURCE_PREFIX, WORKER_ROLE, gpu_resources, queue_quota, worker_gpu_models
+from ...model.grammar import duration_seconds
 from ...model.kubernetes import Kubernetes, Queues, Tenant
 from ...model.nodes import NodeGroup
 from ...resolve import ResolvedCluster
-from ...validate.grammar import duration_seconds
-from ...validate.kubernetes import MIG_RESOURCE_PREFIX, WORKER_ROLE, gpu_resources, queue_quota, worker_gpu_models
 from ..artifacts import Artifact
 from . import mig as mig_vars
 

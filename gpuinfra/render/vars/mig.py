@@ -6,7 +6,7 @@ One mig-parted v1 configuration serves the whole cluster; each host applies one 
   GPU range with its layout and disables MIG on the GPUs no layout covers;
 - `all-disabled` turns MIG off everywhere.
 
-The entries of every layout come from `gpuinfra.validate.mig.render_parted`, so each carries the device filter (PCI IDs)
+The entries of every layout come from `gpuinfra.mig_layouts.render_parted`, so each carries the device filter (PCI IDs)
 of the GPU model it was checked against. The GPU Operator's MIG manager reads the same configuration
 (`kubernetes.py` beside this module).
 """
@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import catalog
+from ... import mig_layouts as mig
+from ...k8s_resources import WORKER_ROLE
 from ...resolve import Host, ResolvedCluster
-from ...validate import mig
 from ..artifacts import Artifact
 
 # The mig role runs on GPU hosts outside Kubernetes, in practice Slurm compute nodes; on k8s_gpu_worker hosts the
@@ -32,7 +33,6 @@ ARTIFACTS: tuple[Artifact, ...] = (
 ALL_DISABLED = "all-disabled"
 # The gres.conf fragment of a Slurm node's MIG slices: the mig role writes it, slurm_common's gres.conf includes it.
 SLURM_GRES_CONF = "/etc/slurm/gres-mig.conf"
-WORKER_ROLE = "k8s_gpu_worker"
 
 
 def layouts(rc: ResolvedCluster) -> dict[str, dict[str, int]]:

@@ -17,11 +17,11 @@ from typing import Any
 
 import hostlist
 
+from ...hostlists import expand_hosts
 from ...model import Cluster, NodeGroup
+from ...model.grammar import duration_seconds
 from ...model.slurm import Account, Qos, Slurm
 from ...resolve import ResolvedCluster
-from ...validate.grammar import duration_seconds
-from ...validate.hosts import expand_hosts
 from ..artifacts import Artifact
 from . import mig as mig_vars
 

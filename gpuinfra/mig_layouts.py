@@ -17,8 +17,8 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Any, Literal
 
-from .. import catalog
-from ..catalog import GpuSpec, MigProfile
+from . import catalog
+from .catalog import GpuSpec, MigProfile
 
 Severity = Literal["error", "warning"]
 Path = tuple[str | int, ...]
