@@ -54,10 +54,6 @@ class Redactor:
         # Longest first, so a secret that contains another is replaced whole.
         self._secrets = sorted(found, key=len, reverse=True)
 
-    @property
-    def secret_count(self) -> int:
-        return len(self._secrets)
-
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             if secret in text:

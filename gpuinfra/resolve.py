@@ -5,7 +5,7 @@ Everything here is derived from the file alone; nothing touches a host.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .hostlists import expand_hosts
@@ -49,10 +49,6 @@ class ResolvedCluster:
 
     def with_role(self, role: str) -> list[Host]:
         return [h for h in self.hosts.values() if role in h.roles]
-
-    def in_groups(self, groups: Iterable[str]) -> list[Host]:
-        wanted = set(groups)
-        return [h for h in self.hosts.values() if h.group in wanted]
 
     @property
     def gpu_hosts(self) -> list[Host]:

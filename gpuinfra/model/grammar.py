@@ -272,12 +272,6 @@ ImageRef = Annotated[
 ]
 
 
-def image_digest(reference: str) -> str | None:
-    """The digest an image reference pins, if any."""
-    match = _IMAGE_RE.fullmatch(reference)
-    return match.group("digest") if match else None
-
-
 # -- text ---------------------------------------------------------------------------------------------------------
 
 Text = Annotated[str, Grammar("single-line text", 256, lambda _: None)]

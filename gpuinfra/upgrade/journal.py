@@ -16,7 +16,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -116,11 +116,3 @@ class Journal:
         if not targets or self.finished(targets[-1]):
             return None
         return targets[-1]
-
-
-def split_outcomes(entries: Iterable[Entry]) -> tuple[list[str], list[str]]:
-    """(succeeded, failed) nodes from a journal's latest entries."""
-    items = list(entries)
-    ok = [e.node for e in items if e.state is State.RESUMED]
-    failed = [e.node for e in items if e.state is State.FAILED]
-    return ok, failed
