@@ -273,6 +273,12 @@ def _sigint_cancels(cancelled: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def one_line(text: str, limit: int = 500) -> str:
+    """A message from a run on one line, cut at `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 # How long ansible-playbook has, once asked to stop, to stop its workers and their commands.
 STOP_GRACE_SECONDS = 10
 

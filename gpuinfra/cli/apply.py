@@ -89,7 +89,7 @@ def _tags(text: str | None) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = _Report(args)
+    report = _ApplyReport(args)
     try:
         loaded = load_cluster(args.file)
     except InvalidInput as exc:
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     return report.result(result, targets)
 
 
-class _Report:
+class _ApplyReport:
     """Everything apply prints, in one place: human text on a rich console, or one JSON document."""
 
     def __init__(self, args: argparse.Namespace) -> None:

@@ -7,9 +7,8 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ..run import Outcome, RunError, RunOptions, cluster_inventory, run_playbook, target_hosts
-from ..upgrade.ansible import one_line
-from ..upgrade.sweep import DRAIN_PLAYBOOK, HEALTH_PLAYBOOK, NodeHealth, verdicts
+from ..health_sweep import DRAIN_PLAYBOOK, HEALTH_PLAYBOOK, NodeHealth, verdicts
+from ..run import Outcome, RunError, RunOptions, cluster_inventory, one_line, run_playbook, target_hosts
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_extra_vars, add_json, load_or_report, parse_extra_vars, print_json
 

@@ -22,9 +22,9 @@ import hostlist
 
 from ..model.grammar import duration_seconds
 from ..run import RunError, cluster_inventory, target_hosts
-from ..upgrade.ansible import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
+from ..upgrade.executor import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from ..upgrade.journal import Journal, JournalBusy, State
-from ..upgrade.pipeline import Interrupted, Report, Rollout
+from ..upgrade.pipeline import Interrupted, Rollout, UpgradeReport
 from ..upgrade.window import resolve_max_unavailable
 from ..validate.load import LoadedCluster
 from . import exitcodes
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         if current:
             out.write(f"  already at {target}, left alone: {hostlist.collect_hostlist(current)}\n")
         if not nodes:
-            report = Report(target, current=current, found={n: found[n].version for n in current})
+            report = UpgradeReport(target, current=current, found={n: found[n].version for n in current})
             message = f"nothing to do: every GPU node has driver {target} installed"
             return _finish(args, out, report, target, handed_over, message)
 
@@ -246,8 +246,8 @@ def _handover_note(nodes: list[str], kernel: bool) -> str:
     )
 
 
-def _snapshot(journal: Journal, target: str, nodes: list[str]) -> Report:
-    report = Report(target)
+def _snapshot(journal: Journal, target: str, nodes: list[str]) -> UpgradeReport:
+    report = UpgradeReport(target)
     for node, entry in journal.last_states(target).items():
         if node in nodes:
             report.states[node] = entry.state
@@ -256,7 +256,7 @@ def _snapshot(journal: Journal, target: str, nodes: list[str]) -> Report:
     return report
 
 
-def _verdict(report: Report) -> str:
+def _verdict(report: UpgradeReport) -> str:
     done = len(report.nodes_in(State.RESUMED))
     failed, skipped = report.nodes_in(State.FAILED), report.nodes_in(State.SKIPPED)
     text = f"{done} of {len(report.states) + len(report.not_started)} node(s) upgraded and resumed"
@@ -271,7 +271,7 @@ def _verdict(report: Report) -> str:
     return text + f"; at most {report.peak_unavailable} out of service at once"
 
 
-def _versions(report: Report, node: str) -> dict[str, str]:
+def _versions(report: UpgradeReport, node: str) -> dict[str, str]:
     """The driver a node was found at and left at: what it had before, for a node the run did not change."""
     if node not in report.found:
         return {}
@@ -289,7 +289,7 @@ def _refuse(args: argparse.Namespace, message: str) -> int:
 def _finish(
     args: argparse.Namespace,
     out: TextIO,
-    report: Report | None,
+    report: UpgradeReport | None,
     target: str,
     handed_over: list[str],
     message: str,

@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 from ..errors import GpuinfraError
 from ..render.inventory import unsafe
-from ..run import Outcome, RunOptions, cluster_inventory, run_playbook, target_hosts
-from ..upgrade.ansible import one_line
+from ..run import Outcome, RunOptions, cluster_inventory, one_line, run_playbook, target_hosts
 from ..validate.load import LoadedCluster
 from . import sacct, squeue
 from .prometheus import Query
-from .window import Window, sacct_time
+from .window import TimeRange, sacct_time
 
 REPORT_PLAYBOOK = "report.yml"
 
@@ -56,7 +55,7 @@ class Collected:
     answers: list[Answer] = field(default_factory=list)
 
 
-def playbook_vars(slurm: Slurm, queries: Sequence[Query], window: Window | None = None) -> dict[str, Any]:
+def playbook_vars(slurm: Slurm, queries: Sequence[Query], window: TimeRange | None = None) -> dict[str, Any]:
     """The extra vars of playbooks/report.yml, every string marked unsafe."""
     found: dict[str, Any] = {"gpuinfra_report_slurm": slurm, "gpuinfra_report_queries": [q.as_var() for q in queries]}
     if slurm == "sacct":
@@ -89,7 +88,7 @@ def collect(
     loaded: LoadedCluster,
     slurm: Slurm,
     queries: Sequence[Query] = (),
-    window: Window | None = None,
+    window: TimeRange | None = None,
     extra_vars: Mapping[str, Any] | None = None,
 ) -> Collected:
     """Run playbooks/report.yml for what is asked, and return what it read."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuinfraError
-from .window import Window
+from .window import TimeRange
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 """GPU utilisation, percent."""
@@ -39,9 +39,9 @@ class Query:
         return {"name": self.name, "path": self.path, "params": dict(self.params)}
 
 
-def usage_queries(window: Window) -> list[Query]:
+def usage_queries(window: TimeRange) -> list[Query]:
     """Per job: the sum and the count of the samples of GPU utilisation and of memory used, over all its GPUs, in
-    `window` (a `Window.chunked()` one).
+    `window` (a `TimeRange.chunked()` one).
 
     Each is a range query of one point per `step_s` piece of the window, the piece's sum (or count) up to that
     point; summing the points gives the whole window's. Each piece's range is 1 ms shorter than the step, since

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .sacct import JobRecord
-from .window import Window, iso
+from .window import TimeRange, iso
 
 NO_JOB_METRICS = "n/a (no GPU metrics for this job)"
 NO_GROUP_METRICS = "n/a (no GPU metrics for these jobs)"
@@ -96,7 +96,7 @@ class JobUsage:
         }
 
 
-def clip(record: JobRecord, window: Window) -> tuple[int, bool]:
+def clip(record: JobRecord, window: TimeRange) -> tuple[int, bool]:
     """GPU-seconds of `record` inside `window`, and whether the window cut part of the job off."""
     if record.gpus <= 0 or record.start is None:
         return 0, False
@@ -166,7 +166,7 @@ GROUPINGS: tuple[tuple[str, str, Callable[[JobRecord], str]], ...] = (
 
 @dataclass(frozen=True)
 class UsageReport:
-    window: Window
+    window: TimeRange
     jobs: list[JobUsage]
     not_collected: str | None
     """Why utilisation is not reported at all (no Prometheus or no DCGM exporter in the cluster, or the query
@@ -200,7 +200,7 @@ class UsageReport:
 
 def usage_report(
     records: Iterable[JobRecord],
-    window: Window,
+    window: TimeRange,
     metrics: Mapping[str, JobMetrics] | None,
     not_collected: str | None = None,
     errors: Iterable[str] = (),

@@ -14,7 +14,7 @@ CHUNK_S = 86400
 
 
 @dataclass(frozen=True)
-class Window:
+class TimeRange:
     since: int
     """Epoch seconds, inclusive."""
     until: int
@@ -30,12 +30,12 @@ class Window:
         pieces = max(1, math.ceil(self.seconds / CHUNK_S))
         return max(1, self.seconds // pieces)
 
-    def chunked(self) -> Window:
+    def chunked(self) -> TimeRange:
         """The same window, started up to a few seconds earlier so that it is a whole number of `step_s` pieces,
         none longer than CHUNK_S: the report's sacct and Prometheus numbers then cover exactly the same time."""
         pieces = max(1, math.ceil(self.seconds / CHUNK_S))
         step = math.ceil(self.seconds / pieces)
-        return Window(self.until - pieces * step, self.until)
+        return TimeRange(self.until - pieces * step, self.until)
 
     def as_dict(self) -> dict[str, object]:
         return {"since": iso(self.since), "until": iso(self.until), "seconds": self.seconds}
@@ -69,11 +69,11 @@ def parse_when(text: str, now: int) -> int:
     return int(when.timestamp())
 
 
-def window(since: str, until: str | None, now: int) -> Window:
+def window(since: str, until: str | None, now: int) -> TimeRange:
     start = parse_when(since, now)
     end = parse_when(until, now) if until else now
     if end > now:
         raise ValueError("--until is in the future")
     if start >= end:
         raise ValueError(f"the window is empty: {iso(start)} is not before {iso(end)}")
-    return Window(start, end).chunked()
+    return TimeRange(start, end).chunked()

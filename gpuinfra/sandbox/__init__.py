@@ -11,7 +11,7 @@
 
 from .access import SshError
 from .image import DEFAULT_IMAGE, DEFAULT_PLATFORM, PLATFORMS, ImageBuildError, ImageResult, Platform, ensure_image
-from .lifecycle import HostState, SandboxError, SandboxResult, down, ssh, status, up
+from .lifecycle import SandboxError, SandboxHost, SandboxResult, down, ssh, status, up
 from .podman import PodmanError
 from .resize import resized
 from .spec import SandboxConfigError, SandboxSpec, sandbox_spec
@@ -21,7 +21,6 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_PLATFORM",
     "PLATFORMS",
-    "HostState",
     "ImageBuildError",
     "ImageResult",
     "MissingTools",
@@ -29,6 +28,7 @@ __all__ = [
     "PodmanError",
     "SandboxConfigError",
     "SandboxError",
+    "SandboxHost",
     "SandboxResult",
     "SandboxSpec",
     "SshError",

@@ -55,7 +55,7 @@ class SandboxError(GpuinfraError):
 
 
 @dataclass(frozen=True)
-class HostState:
+class SandboxHost:
     host: str
     container: str
     address: str
@@ -75,7 +75,7 @@ class SandboxResult:
     network: str
     subnet: str
     state_dir: str
-    hosts: list[HostState]
+    hosts: list[SandboxHost]
     network_present: bool = True
     changes: list[str] = field(default_factory=list)
     """What this call did, one line each; empty when everything was already in place."""
@@ -312,7 +312,7 @@ def _result(spec: SandboxSpec, path: str | Path, changes: list[str]) -> SandboxR
     for container in spec.containers:
         found = inspect_container(container.name)
         hosts.append(
-            HostState(
+            SandboxHost(
                 host=container.host,
                 container=container.name,
                 address=container.address,

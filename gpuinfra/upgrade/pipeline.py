@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .journal import FINAL, RUN, Journal, State
-from .window import Window
+from .window import RollingWindow
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Interrupted(Exception):
 
 
 @dataclass
-class Report:
+class UpgradeReport:
     target: str
     states: dict[str, State] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
@@ -112,7 +112,7 @@ class Rollout:
     listener: Listener | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
-    def run(self) -> Report:
+    def run(self) -> UpgradeReport:
         """Take every node to the target, or as far as the failure policy allows.
 
         Raises Interrupted when cancelled, after the running phases have stopped; re-raises anything else a
@@ -127,13 +127,13 @@ class Rollout:
         failed = [n for n, e in latest.items() if e.state is State.FAILED]
         # Retried failures are still drained: like interrupted nodes, they go first.
         retried = failed if self.retry_failed else []
-        window = Window(list(self.nodes), self.max_unavailable, self.canary, self.max_failures)
+        window = RollingWindow(list(self.nodes), self.max_unavailable, self.canary, self.max_failures)
         window.restore(
             succeeded=[n for n, e in latest.items() if e.state is State.RESUMED],
             failed=[n for n in failed if n not in retried],
             in_flight=[n for n, e in latest.items() if e.state not in FINAL] + retried,
         )
-        report = Report(self.target)
+        report = UpgradeReport(self.target)
         report.peak_unavailable = window.out_of_service
         with ThreadPoolExecutor(max_workers=max(self.max_unavailable, len(window.resuming), 1)) as pool:
             running: dict[Future[State], str] = {}

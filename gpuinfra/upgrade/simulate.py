@@ -1,4 +1,4 @@
-"""Discrete-event simulation of a rolling run: the real Window, with node durations drawn at random.
+"""Discrete-event simulation of a rolling run: the real RollingWindow, with node durations drawn at random.
 
 Time is simulated, not slept, so 1,000 nodes take milliseconds; the scheduling code is the one real runs use.
 """
@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .window import Window
+from .window import RollingWindow
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class SimResult:
 
 
 def simulate(
-    window: Window,
+    window: RollingWindow,
     duration: Callable[[str], float],
     fails: Callable[[str], bool] = lambda _: False,
 ) -> SimResult:

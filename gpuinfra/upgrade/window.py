@@ -23,7 +23,7 @@ def resolve_max_unavailable(value: int | str, nodes: int) -> int:
 
 
 @dataclass
-class Window:
+class RollingWindow:
     nodes: list[str]
     max_unavailable: int
     canary: int = 1

@@ -2,7 +2,7 @@
 
 - `source`: reading YAML with positions, within the bounds of gpuinfra.limits (size, aliases, depth);
 - `schema_errors`: Pydantic's errors as positioned diagnostics (the field types are gpuinfra.model.grammar's);
-- `rules` with `hosts`, `gpu`, `sources`, `slurm`, `kubernetes`: the cross-field rules, on the shared domain
+- `rules` with `hosts`, `gpu`, `package_sources`, `slurm`, `kubernetes`: the cross-field rules, on the shared domain
   modules below them (gpuinfra.hostlists, gpuinfra.mig_layouts, gpuinfra.k8s_resources);
 - `load`: the entry point, `load_cluster`.
 

@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 
 from ..model.grammar import HELM_VALUE_KEY, HELM_VALUE_TEXT
-from .report import suggest
+from .diagnostics import suggest
 
 CHART = "gpu-operator"
 LEAF_KINDS = ("scalar", "list", "map", "any")

@@ -11,11 +11,11 @@ from ..errors import InvalidInput
 from ..model import Cluster, MigAssignment
 from ..model.driver import DistributionSource
 from ..resolve import ResolvedCluster, expand_gpu_indices
-from .report import Report, suggest
+from .diagnostics import Diagnostics, suggest
 from .source import read_yaml, to_plain
 
 
-def parted_layouts(model: Cluster, report: Report) -> dict[str, dict[str, int]]:
+def parted_layouts(model: Cluster, report: Diagnostics) -> dict[str, dict[str, int]]:
     """Layouts from the cluster's mig-parted file; its own problems are reported against that file."""
     if not model.mig.parted_file:
         return {}
@@ -39,7 +39,7 @@ def parted_layouts(model: Cluster, report: Report) -> dict[str, dict[str, int]]:
     return mig.uniform_layouts(configs)
 
 
-def check(rc: ResolvedCluster, report: Report) -> None:
+def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     model = rc.model
     if any(g.gpu for g in model.node_groups.values()) and model.driver is None:
         report.error(("driver",), "node groups have GPUs but no driver is set; add `driver: {version: '...'}`")
@@ -67,7 +67,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
     _archive_driver(model, report)
 
 
-def _archive_driver(model: Cluster, report: Report) -> None:
+def _archive_driver(model: Cluster, report: Diagnostics) -> None:
     """A driver from the OS archive must be of the branch that archive carries, on every OS of a GPU group."""
     driver = model.driver
     if driver is None or not isinstance(driver.source, DistributionSource):
@@ -98,7 +98,7 @@ def _archive_driver(model: Cluster, report: Report) -> None:
             )
 
 
-def _driver(model: Cluster, group: str, spec: catalog.GpuSpec, nvswitch: bool, report: Report) -> None:
+def _driver(model: Cluster, group: str, spec: catalog.GpuSpec, nvswitch: bool, report: Diagnostics) -> None:
     driver = model.driver
     if driver is None:
         return
@@ -139,7 +139,7 @@ def _mig(
     assignments: list[MigAssignment],
     spec: catalog.GpuSpec,
     layouts: Mapping[str, Mapping[str, int]],
-    report: Report,
+    report: Diagnostics,
 ) -> None:
     loc = ("node_groups", group)
     for i, assignment in enumerate(assignments):

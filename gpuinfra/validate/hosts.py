@@ -7,10 +7,10 @@ from ..hostlists import HostlistError, expand_hosts
 from ..limits import MAX_HOSTS
 from ..model import Cluster
 from ..model.grammar import hostname_problem
-from .report import Report
+from .diagnostics import Diagnostics
 
 
-def check(model: Cluster, report: Report) -> dict[str, list[str]]:
+def check(model: Cluster, report: Diagnostics) -> dict[str, list[str]]:
     """Node group -> its expanded hosts, for the groups whose hosts are all valid."""
     owner: dict[str, str] = {}
     address_of: dict[str, str] = {}

@@ -22,11 +22,11 @@ from ..model.grammar import DNS_LABEL_PATTERN
 from ..model.kubernetes import Kubernetes, Tenant
 from ..resolve import ResolvedCluster
 from . import chart_values
-from .report import Report
+from .diagnostics import Diagnostics
 from .source import Loc
 
 
-def check(rc: ResolvedCluster, report: Report) -> None:
+def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     k8s = rc.model.kubernetes
     if k8s is None:
         return
@@ -61,7 +61,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
         report.warning(loc, message)
 
 
-def _queues(rc: ResolvedCluster, k8s: Kubernetes, report: Report) -> None:
+def _queues(rc: ResolvedCluster, k8s: Kubernetes, report: Diagnostics) -> None:
     """A team's queue splits its gpu_quota between GPU models the workers have; nothing is written for queues that
     are not on."""
     queues = k8s.queues
@@ -102,7 +102,7 @@ def _queues(rc: ResolvedCluster, k8s: Kubernetes, report: Report) -> None:
             )
 
 
-def _node_names(rc: ResolvedCluster, report: Report) -> None:
+def _node_names(rc: ResolvedCluster, report: Diagnostics) -> None:
     """A Kubernetes node's name is its host name in lower case (the kubelet lowers it), and RFC 1123 subdomains are
     lower-case: a host named in upper case would be another node than the one gpuinfra labels and checks."""
     upper: dict[str, list[str]] = {}
@@ -118,7 +118,7 @@ def _node_names(rc: ResolvedCluster, report: Report) -> None:
         )
 
 
-def _extra_values(k8s: Kubernetes, report: Report) -> None:
+def _extra_values(k8s: Kubernetes, report: Diagnostics) -> None:
     """Every key of `gpu_operator.extra_values` is a value of the chart, and every string fits in one."""
     op = k8s.gpu_operator
     if not op.extra_values:

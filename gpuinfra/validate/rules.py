@@ -1,6 +1,6 @@
 """Cross-field rules: what field types alone cannot say. Each message says what to change.
 
-Rules report through `Report`, which positions each finding in the file; all findings come back at once. Hosts
+Rules report through `Diagnostics`, which positions each finding in the file; all findings come back at once. Hosts
 come first, because nothing else can be resolved from hosts that do not expand.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..errors import Diagnostic, InvalidInput
 from ..model import Cluster
 from ..resolve import ResolvedCluster, resolve
-from . import gpu, hosts, kubernetes, slurm, sources
-from .report import Report, suggest
+from . import gpu, hosts, kubernetes, package_sources, slurm
+from .diagnostics import Diagnostics, suggest
 from .source import YamlSource
 
 SERVER_COMPONENTS = {"prometheus", "alertmanager", "grafana"}
@@ -18,13 +18,13 @@ SERVER_COMPONENTS = {"prometheus", "alertmanager", "grafana"}
 
 def check(model: Cluster, source: YamlSource) -> tuple[ResolvedCluster, list[Diagnostic]]:
     """Run every rule; returns the resolved cluster and every finding (errors and warnings)."""
-    report = Report(source)
+    report = Diagnostics(source)
     hosts.check(model, report)
     if report.has_errors:
         raise InvalidInput(report.found)
     rc = resolve(model, gpu.parted_layouts(model, report))
     gpu.check(rc, report)
-    sources.check(model, report)
+    package_sources.check(model, report)
     slurm.check(rc, report)
     kubernetes.check(rc, report)
     _monitoring(rc, report)
@@ -32,7 +32,7 @@ def check(model: Cluster, source: YamlSource) -> tuple[ResolvedCluster, list[Dia
     return rc, report.found
 
 
-def _monitoring(rc: ResolvedCluster, report: Report) -> None:
+def _monitoring(rc: ResolvedCluster, report: Diagnostics) -> None:
     mon = rc.model.monitoring
     servers = SERVER_COMPONENTS & set(mon.components)
     if servers and not rc.with_role("monitoring"):
@@ -50,7 +50,7 @@ def _monitoring(rc: ResolvedCluster, report: Report) -> None:
                 )
 
 
-def _upgrade(rc: ResolvedCluster, report: Report) -> None:
+def _upgrade(rc: ResolvedCluster, report: Diagnostics) -> None:
     policy = rc.model.upgrade
     gpu_nodes = len(rc.gpu_hosts)
     if isinstance(policy.max_unavailable, int) and gpu_nodes and policy.max_unavailable > gpu_nodes:

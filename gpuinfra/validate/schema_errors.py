@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from ..errors import Diagnostic
-from .report import key_text
+from .diagnostics import key_text
 from .source import YamlSource
 
 Loc = tuple[str | int, ...]

@@ -7,12 +7,12 @@ from __future__ import annotations
 from .. import catalog
 from ..model import Cluster
 from ..resolve import Host, ResolvedCluster
-from .report import Report, suggest
+from .diagnostics import Diagnostics, suggest
 
 SLURM_ROLES = {"slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute"}
 
 
-def check(rc: ResolvedCluster, report: Report) -> None:
+def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     model = rc.model
     slurm = model.slurm
     if slurm is None:
@@ -37,7 +37,7 @@ def check(rc: ResolvedCluster, report: Report) -> None:
     _releases(rc, report)
 
 
-def _partitions(model: Cluster, report: Report) -> None:
+def _partitions(model: Cluster, report: Diagnostics) -> None:
     assert model.slurm is not None
     slurm = model.slurm
     compute_groups = [n for n, g in model.node_groups.items() if "slurm_compute" in g.roles]
@@ -69,7 +69,7 @@ def _partitions(model: Cluster, report: Report) -> None:
             )
 
 
-def _qos(model: Cluster, report: Report) -> None:
+def _qos(model: Cluster, report: Diagnostics) -> None:
     assert model.slurm is not None
     slurm = model.slurm
     for name, qos in slurm.qos.items():
@@ -125,7 +125,7 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     return found
 
 
-def _accounts(model: Cluster, report: Report) -> None:
+def _accounts(model: Cluster, report: Diagnostics) -> None:
     assert model.slurm is not None
     slurm = model.slurm
     for name, account in slurm.accounts.items():
@@ -152,7 +152,7 @@ def _accounts(model: Cluster, report: Report) -> None:
         )
 
 
-def _capacity(rc: ResolvedCluster, report: Report) -> None:
+def _capacity(rc: ResolvedCluster, report: Diagnostics) -> None:
     assert rc.model.slurm is not None
     slurm = rc.model.slurm
     capacity = sum(h.gpu_count for h in rc.with_role("slurm_compute"))
@@ -170,7 +170,7 @@ def _capacity(rc: ResolvedCluster, report: Report) -> None:
             )
 
 
-def _releases(rc: ResolvedCluster, report: Report) -> None:
+def _releases(rc: ResolvedCluster, report: Diagnostics) -> None:
     """Each Slurm host runs the Slurm of its OS archive: slurmdbd must accept slurmctld, and slurmctld every other
     Slurm host (slurmd, the commands of a login node). Hosts on an OS without archive facts are not checked."""
     model = rc.model

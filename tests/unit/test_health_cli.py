@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from gpuinfra.cli.health import _print_table
+from gpuinfra.health_sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 from gpuinfra.run import RunOptions, run_playbook
-from gpuinfra.upgrade.sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 

@@ -11,7 +11,7 @@ import pytest
 from gpuinfra.report import sacct, squeue
 from gpuinfra.report.collect import ReportError, from_artifacts, hosts_for, playbook_vars
 from gpuinfra.report.prometheus import usage_queries
-from gpuinfra.report.window import Window
+from gpuinfra.report.window import TimeRange
 from gpuinfra.run import RunOptions, cluster_inventory, run_playbook
 from gpuinfra.validate.load import load_cluster
 
@@ -31,7 +31,7 @@ def test_set_stats_data_comes_back_as_artifacts_without_templating(run_root: Pat
 
 
 def test_every_string_of_the_playbook_vars_is_unsafe() -> None:
-    window = Window(1714521600, 1714525200)
+    window = TimeRange(1714521600, 1714525200)
     found = playbook_vars("sacct", usage_queries(window), window)
     assert found["gpuinfra_report_sacct_format"] == {"__ansible_unsafe": sacct.FORMAT}
     assert found["gpuinfra_report_start"] == {"__ansible_unsafe": "2024-05-01T00:00:00"}
@@ -48,7 +48,7 @@ def test_every_string_of_the_playbook_vars_is_unsafe() -> None:
 
 def test_the_run_targets_the_first_controller_and_monitoring_host() -> None:
     inventory = cluster_inventory(load_cluster(SANDBOX))
-    window = Window(0, 3600)
+    window = TimeRange(0, 3600)
     assert hosts_for(inventory, "sacct", usage_queries(window)) == ["ctl01"]
     assert hosts_for(inventory, "squeue", []) == ["ctl01"]
     inventory["all"]["children"]["monitoring"]["hosts"] = {}
@@ -57,7 +57,7 @@ def test_the_run_targets_the_first_controller_and_monitoring_host() -> None:
 
 
 def test_what_the_playbook_published_is_checked() -> None:
-    queries = usage_queries(Window(0, 3600))
+    queries = usage_queries(TimeRange(0, 3600))
     with pytest.raises(ReportError, match="no sacct output"):
         from_artifacts({}, "sacct", [])
     with pytest.raises(ReportError, match="0 Prometheus answers for 4 queries"):

@@ -39,7 +39,7 @@ from gpuinfra.report.prometheus import (
 from gpuinfra.report.sacct import JobRecord
 from gpuinfra.report.squeue import RunningJob
 from gpuinfra.report.usage import job_metrics, usage_report
-from gpuinfra.report.window import Window
+from gpuinfra.report.window import TimeRange
 from gpuinfra.run import RunOptions, run_playbook
 
 PROMETHEUS = shutil.which("prometheus")
@@ -250,14 +250,14 @@ def expected_totals(samples: list[Sample], since: int, until: int) -> dict[str, 
     return out
 
 
-def _totals(server: Server, window: Window) -> dict[str, dict[str, float]]:
+def _totals(server: Server, window: TimeRange) -> dict[str, dict[str, float]]:
     return {q.name: matrix_totals(server.post(q)) for q in usage_queries(window)}
 
 
 def test_usage_queries_sum_exactly_the_samples_in_the_window(server: Server) -> None:
     # From T0+30m to T0+1h30m: job 101 is cut at both ends (it ran T0+10m..T0+1h40m), job 102 at the start.
-    window = Window(T0 + 1800, T0 + 5400).chunked()
-    assert window == Window(T0 + 1800, T0 + 5400)
+    window = TimeRange(T0 + 1800, T0 + 5400).chunked()
+    assert window == TimeRange(T0 + 1800, T0 + 5400)
     got = _totals(server, window)
     want = expected_totals(usage_samples(), window.since, window.until)
     assert set(got) == set(want)
@@ -272,8 +272,8 @@ def test_usage_queries_sum_exactly_the_samples_in_the_window(server: Server) -> 
 def test_a_window_in_several_pieces_counts_each_sample_once(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of 20 minutes whose ends fall exactly on sample times (T0 + multiples of 30 s)."""
     monkeypatch.setattr(window_module, "CHUNK_S", 1200)
-    window = Window(T0, T0 + 7200).chunked()
-    assert (window, window.step_s) == (Window(T0, T0 + 7200), 1200)
+    window = TimeRange(T0, T0 + 7200).chunked()
+    assert (window, window.step_s) == (TimeRange(T0, T0 + 7200), 1200)
     assert usage_queries(window)[0].params == {
         "query": usage_queries(window)[0].params["query"],
         "start": str(T0 + 1200),
@@ -290,7 +290,7 @@ def test_a_window_in_several_pieces_counts_each_sample_once(server: Server, monk
 
 
 def test_the_join_gives_each_job_and_account_its_gpu_weighted_means(server: Server) -> None:
-    window = Window(T0 + 1800, T0 + 5400)
+    window = TimeRange(T0 + 1800, T0 + 5400)
     metrics = job_metrics(_totals(server, window))
     records = [
         JobRecord("101", "101", "alice", "vision", "vision", "COMPLETED", T0 + 600, T0 + 6000, 5400, 2),
@@ -319,7 +319,7 @@ def test_the_join_gives_each_job_and_account_its_gpu_weighted_means(server: Serv
 
 
 def test_a_job_without_samples_says_so(server: Server) -> None:
-    window = Window(T0 + 1800, T0 + 5400)
+    window = TimeRange(T0 + 1800, T0 + 5400)
     metrics = job_metrics(_totals(server, window))
     record = JobRecord("999", "999", "carol", "vision", "vision", "COMPLETED", T0 + 1800, T0 + 3600, 1800, 1)
     report = usage_report([record], window, metrics)
@@ -361,7 +361,7 @@ def test_the_playbook_queries_prometheus_with_its_password(server: Server, tmp_p
     secrets = tmp_path / "secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "monitoring-prometheus-password").write_text(PASSWORD)
-    window = Window(T0 + 1800, T0 + 5400)
+    window = TimeRange(T0 + 1800, T0 + 5400)
     queries = usage_queries(window)
     collected = _run_report_play(server, secrets, queries)
     assert [answer.error for answer in collected.answers] == [None] * len(queries)
@@ -375,7 +375,7 @@ def test_a_wrong_password_is_reported_as_prometheus_answered(server: Server, tmp
     secrets = tmp_path / "secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "monitoring-prometheus-password").write_text("not-the-password-at-all")
-    collected = _run_report_play(server, secrets, usage_queries(Window(T0, T0 + 3600))[:1])
+    collected = _run_report_play(server, secrets, usage_queries(TimeRange(T0, T0 + 3600))[:1])
     [answer] = collected.answers
     assert answer.status == 401
     assert answer.error is not None and "HTTP 401" in answer.error

@@ -11,7 +11,7 @@ from gpuinfra.report import window as window_module
 from gpuinfra.report.render import usage_csv, usage_table
 from gpuinfra.report.sacct import JobRecord
 from gpuinfra.report.usage import JobMetrics, clip, job_metrics, usage_report
-from gpuinfra.report.window import Window, parse_when, window
+from gpuinfra.report.window import TimeRange, parse_when, window
 
 T0 = 1714521600  # 2024-05-01T00:00:00Z
 HOUR = 3600
@@ -23,7 +23,7 @@ def job(job_id: str, user: str, account: str, start: int | None, end: int | None
     return JobRecord(job_id, job_id, user, account, partition or account, state, start, end, elapsed, gpus)
 
 
-WINDOW = Window(T0, T0 + 10 * HOUR)
+WINDOW = TimeRange(T0, T0 + 10 * HOUR)
 
 
 def test_a_job_inside_the_window_counts_sacct_s_elapsed() -> None:
@@ -38,7 +38,7 @@ def test_a_job_that_started_before_the_window_counts_only_its_part_inside() -> N
 def test_a_running_job_counts_up_to_the_window_s_end() -> None:
     running = job("1", "a", "x", T0 + 9 * HOUR, None, HOUR, 1)
     assert clip(running, WINDOW) == (HOUR, False)
-    assert clip(running, Window(T0, T0 + 9 * HOUR + 1800)) == (1800, True)
+    assert clip(running, TimeRange(T0, T0 + 9 * HOUR + 1800)) == (1800, True)
 
 
 def test_jobs_without_gpus_or_not_started_count_nothing() -> None:
@@ -56,15 +56,15 @@ def test_the_window_reads_durations_and_dates() -> None:
         parse_when("last tuesday", now)
     with pytest.raises(ValueError, match="window is empty"):
         window("1h", "2h", now)
-    assert window("30d", None, now) == Window(T0, now)
+    assert window("30d", None, now) == TimeRange(T0, now)
 
 
 def test_a_window_is_cut_into_equal_pieces_of_at_most_a_day() -> None:
-    odd = Window(T0 + 7, T0 + 2 * 86400 + 100)  # 2 days and 93 s: 3 pieces
+    odd = TimeRange(T0 + 7, T0 + 2 * 86400 + 100)  # 2 days and 93 s: 3 pieces
     chunked = odd.chunked()
     assert chunked.until == odd.until and odd.since - 3 < chunked.since <= odd.since
     assert chunked.seconds == 3 * chunked.step_s and chunked.step_s <= window_module.CHUNK_S
-    assert Window(T0, T0 + 3600).chunked() == Window(T0, T0 + 3600)
+    assert TimeRange(T0, T0 + 3600).chunked() == TimeRange(T0, T0 + 3600)
 
 
 def _report() -> tuple[list[JobRecord], dict[str, JobMetrics]]:

@@ -286,7 +286,7 @@ def test_a_node_given_up_on_is_reported_skipped_from_the_runs_own_data(tmp_path:
     import sys
 
     from gpuinfra.run import RunOptions, run_playbook
-    from gpuinfra.upgrade.ansible import phase_result
+    from gpuinfra.upgrade.executor import phase_result
 
     rescue = Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "upgrade-failed.yml"
     playbook = tmp_path / "give-up.yml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from gpuinfra.upgrade.ansible import AnsibleExecutor
+from gpuinfra.upgrade.executor import AnsibleExecutor
 from gpuinfra.validate.load import load_cluster
 
 PLAYBOOK = Path(__file__).parent / "data" / "playbooks" / "hung_phase.yml"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpuinfra.upgrade.journal import Journal, State
 from gpuinfra.upgrade.simulate import draw_durations, fixed_batches, optimum, simulate
-from gpuinfra.upgrade.window import Window, resolve_max_unavailable
+from gpuinfra.upgrade.window import RollingWindow, resolve_max_unavailable
 
 
 def test_percentages_round_down_but_never_to_zero() -> None:
@@ -22,7 +22,7 @@ def test_percentages_round_down_but_never_to_zero() -> None:
 
 
 def test_canary_runs_alone_then_the_window_opens() -> None:
-    window = Window([f"n{i}" for i in range(6)], max_unavailable=3, canary=1)
+    window = RollingWindow([f"n{i}" for i in range(6)], max_unavailable=3, canary=1)
     assert window.startable() == ["n0"]
     window.started("n0")
     assert window.startable() == []
@@ -31,7 +31,7 @@ def test_canary_runs_alone_then_the_window_opens() -> None:
 
 
 def test_next_node_starts_when_any_node_finishes() -> None:
-    window = Window([f"n{i}" for i in range(6)], max_unavailable=2, canary=0)
+    window = RollingWindow([f"n{i}" for i in range(6)], max_unavailable=2, canary=0)
     for node in window.startable():
         window.started(node)
     window.finished("n1", ok=True)  # n0 is still running: a batch scheduler would wait for it
@@ -39,7 +39,7 @@ def test_next_node_starts_when_any_node_finishes() -> None:
 
 
 def test_failures_past_the_threshold_stop_new_starts() -> None:
-    window = Window(["a", "b", "c", "d"], max_unavailable=2, canary=0, max_failures=0)
+    window = RollingWindow(["a", "b", "c", "d"], max_unavailable=2, canary=0, max_failures=0)
     for node in window.startable():
         window.started(node)
     window.finished("a", ok=False)
@@ -49,7 +49,7 @@ def test_failures_past_the_threshold_stop_new_starts() -> None:
 
 
 def test_a_failed_canary_stops_the_run() -> None:
-    window = Window(["a", "b", "c"], max_unavailable=2, canary=1)
+    window = RollingWindow(["a", "b", "c"], max_unavailable=2, canary=1)
     window.started("a")
     window.finished("a", ok=False)
     assert window.startable() == [] and window.done
@@ -70,7 +70,7 @@ def test_simulation_never_exceeds_the_bound(
     rng = random.Random(seed)
     durations = dict(zip([f"n{i}" for i in range(nodes)], draw_durations(nodes, seed), strict=True))
     failing = {n for n in durations if rng.random() < fail_rate}
-    window = Window(list(durations), max_unavailable=k, canary=canary, max_failures=max_failures)
+    window = RollingWindow(list(durations), max_unavailable=k, canary=canary, max_failures=max_failures)
     result = simulate(window, durations.__getitem__, lambda n: n in failing)
     assert result.peak_unavailable <= k
     assert result.succeeded + result.failed + len(window.pending) == nodes
@@ -81,7 +81,7 @@ def test_simulation_never_exceeds_the_bound(
 
 def test_thousand_nodes_near_the_optimum_and_ahead_of_fixed_batches(record_property: Callable[..., None]) -> None:
     durations = draw_durations(1000, seed=7)
-    window = Window([f"n{i}" for i in range(1000)], max_unavailable=10, canary=1)
+    window = RollingWindow([f"n{i}" for i in range(1000)], max_unavailable=10, canary=1)
     result = simulate(window, lambda n: durations[int(n[1:])])
     mean = sum(durations) / len(durations)
     # Reported in the JUnit XML (pytest --junitxml): simulated time, not wall time.
@@ -111,13 +111,13 @@ def test_journal_replays_latest_states_and_survives_a_torn_line(tmp_path: Path) 
 
 
 def test_window_restores_from_a_journal() -> None:
-    window = Window(["a", "b", "c"], max_unavailable=1, canary=1)
+    window = RollingWindow(["a", "b", "c"], max_unavailable=1, canary=1)
     window.restore(succeeded=["a"], failed=[])
     assert window.startable() == ["b"]
 
 
 def test_interrupted_nodes_continue_first_and_failed_ones_keep_their_place() -> None:
-    window = Window(["a", "b", "c", "d", "e"], max_unavailable=2, canary=1, max_failures=1)
+    window = RollingWindow(["a", "b", "c", "d", "e"], max_unavailable=2, canary=1, max_failures=1)
     window.restore(succeeded=["a"], failed=["b"], in_flight=["d"])
     # b stays drained and d is out already: d continues, nothing new may start.
     assert window.startable() == ["d"]
@@ -128,7 +128,7 @@ def test_interrupted_nodes_continue_first_and_failed_ones_keep_their_place() -> 
 
 
 def test_a_skipped_node_frees_its_place_and_proves_nothing() -> None:
-    window = Window(["a", "b", "c"], max_unavailable=2, canary=1)
+    window = RollingWindow(["a", "b", "c"], max_unavailable=2, canary=1)
     window.started("a")
     window.finished("a", ok=False, skipped=True)  # its drain timed out: resumed untouched
     assert window.width == 1 and window.startable() == ["b"]
@@ -138,6 +138,6 @@ def test_a_skipped_node_frees_its_place_and_proves_nothing() -> None:
 @pytest.mark.parametrize("k", [1, 5, 50])
 def test_makespan_bound_holds_for_several_widths(k: int) -> None:
     durations = draw_durations(1000, seed=k)
-    window = Window([str(i) for i in range(1000)], max_unavailable=k, canary=1)
+    window = RollingWindow([str(i) for i in range(1000)], max_unavailable=k, canary=1)
     result = simulate(window, lambda n: durations[int(n)])
     assert result.peak_unavailable <= k

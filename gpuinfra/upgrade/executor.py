@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..run import Outcome, RunOptions, RunResult, run_playbook
+from ..run import Outcome, RunOptions, RunResult, one_line, run_playbook
 from .pipeline import PhaseResult
 
 DRIVER_PLAYBOOK = "upgrade_driver.yml"
@@ -69,11 +69,6 @@ def phase_result(result: RunResult, node: str) -> PhaseResult:
         return PhaseResult("failed", one_line(f"{kind}: {last.message}" if last.unreachable else last.message))
     detail = "; ".join(result.errors) or f"ansible-runner status {result.status}, rc {result.rc}"
     return PhaseResult("failed", one_line(detail))
-
-
-def one_line(text: str, limit: int = 500) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

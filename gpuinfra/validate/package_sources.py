@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..model import Cluster
 from ..model.driver import MirrorSource
-from .report import Report
+from .diagnostics import Diagnostics
 from .source import Loc
 
 
@@ -23,7 +23,7 @@ def _sources(model: Cluster) -> list[tuple[Loc, object]]:
     return out
 
 
-def check(model: Cluster, report: Report) -> None:
+def check(model: Cluster, report: Diagnostics) -> None:
     for loc, source in _sources(model):
         if not isinstance(source, MirrorSource):
             continue

@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..run import RunResult
+from .run import RunResult
 
 HEALTH_PLAYBOOK = "health.yml"
 DRAIN_PLAYBOOK = "drain.yml"

@@ -24,7 +24,7 @@ _COLLECTIONS = {
 
 
 @dataclass
-class Report:
+class Diagnostics:
     source: YamlSource
     found: list[Diagnostic] = field(default_factory=list)
 
