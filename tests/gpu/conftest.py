@@ -5,29 +5,16 @@ They only read: they never change MIG mode, reset a GPU, or set clocks, power li
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from file_module import nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_nvidia_smi() -> ModuleType:
-    """The health parser the gpu_health module runs on hosts (plugins/module_utils/nvidia_smi.py)."""
-    name = "gpuinfra_plugin_nvidia_smi"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / "nvidia_smi.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def smi(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,7 +39,7 @@ def gpu_listing() -> list[tuple[int, str, str]]:
 
 @pytest.fixture(scope="session")
 def nv() -> ModuleType:
-    return load_nvidia_smi()
+    return nvidia_smi()
 
 
 @pytest.fixture(scope="session")

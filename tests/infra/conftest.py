@@ -11,7 +11,6 @@ variables, as gpuinfra renders them or as a plain inventory sets them for the ro
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -22,20 +21,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from file_module import nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_nvidia_smi() -> ModuleType:
-    """The health parser the gpu_health module runs on hosts (plugins/module_utils/nvidia_smi.py)."""
-    name = "gpuinfra_plugin_nvidia_smi"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / "nvidia_smi.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _plain(value: Any) -> Any:
@@ -157,4 +145,4 @@ def nvidia_gpus(host: Any) -> list[str]:
 
 @pytest.fixture(scope="module")
 def nv() -> ModuleType:
-    return load_nvidia_smi()
+    return nvidia_smi()

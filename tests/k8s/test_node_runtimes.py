@@ -9,28 +9,18 @@ dockerd on every machine.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_module import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _toolkit_tests() -> ModuleType:
-    path = ROOT / "tests" / "unit" / "test_toolkit_configs.py"
-    spec = importlib.util.spec_from_file_location("toolkit_configs", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-toolkit = _toolkit_tests()
+toolkit = load("tests/unit/test_toolkit_configs.py", "toolkit_configs")
 tmp_path = toolkit.tmp_path  # a folder the parsers can read when they run as nobody
 
 

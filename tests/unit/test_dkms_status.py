@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_module import NVIDIA_SMI, load
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 # The parsing lives in the collection's module_utils; the module imports it under its collection name.
-nv = _load(
-    "ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi", ROOT / "plugins/module_utils/nvidia_smi.py"
-)
-mod = _load("nvidia_dkms_status", ROOT / "plugins/modules/nvidia_dkms_status.py")
+nv = load(NVIDIA_SMI, "ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi")
+mod = load("plugins/modules/nvidia_dkms_status.py", "nvidia_dkms_status")
 
 
 def parse(text: str) -> list[dict[str, str]]:

@@ -9,13 +9,11 @@ plugin's file directly, so the collection loader stays out of the other tests.
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from ansible.errors import AnsibleParserError
 from ansible.inventory.data import InventoryData
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import is_trusted_as_template
+from file_module import load
 
 from gpuinfra.cli import exitcodes, main
 from gpuinfra.errors import InvalidInput
@@ -39,15 +38,7 @@ NAME = "gpuinfra.cluster.cluster"
 BIN = Path(sys.executable).parent
 
 
-def load_plugin_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuinfra_inventory_plugin_under_test", PLUGIN_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plugin = load_plugin_module()
+plugin = load(str(PLUGIN_FILE.relative_to(ROOT)), "gpuinfra_inventory_plugin_under_test")
 
 
 def ansible(

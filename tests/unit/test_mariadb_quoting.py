@@ -7,7 +7,6 @@ installed (`apt-get install mariadb-server`); those tests are skipped, saying so
 from __future__ import annotations
 
 import getpass
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,12 +14,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
+from file_module import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
@@ -29,15 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "slurm_dbd"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuinfra_mariadb_filters", ROOT / "plugins/filter/mariadb.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FILTERS = _load()
+FILTERS = load("plugins/filter/mariadb.py", "gpuinfra_mariadb_filters")
 string = FILTERS.mariadb_string
 identifier = FILTERS.mariadb_identifier
 

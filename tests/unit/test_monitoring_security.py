@@ -8,7 +8,6 @@ collections path (a subprocess, so the collection loader stays out of the other 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -17,27 +16,18 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from file_module import load
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _plugin(path: str) -> ModuleType:
-    """A plugin file of this collection, loaded as a module."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-filters = _plugin("plugins/filter/systemd.py")
-certificate = _plugin("plugins/filter/certificate.py")
-cluster_address = _plugin("plugins/modules/cluster_address.py")
+filters = load("plugins/filter/systemd.py")
+certificate = load("plugins/filter/certificate.py")
+cluster_address = load("plugins/modules/cluster_address.py")
 systemd_quote = filters.systemd_quote
 systemd_args_word = filters.systemd_args_word
 MONITORING_ROLES = ("node_exporter", "dcgm_exporter", "prometheus", "alertmanager", "grafana", "monitoring_tls")
@@ -537,7 +527,7 @@ def test_loopback_is_never_bound_by_mistake() -> None:
 def test_scrape_targets_quote_every_value_and_bracket_ipv6_addresses() -> None:
     """prometheus.yml's targets are written by one filter call; whatever a host's variables hold, each value stays
     one JSON string on its line, and YAML reads back exactly the inventory's values."""
-    static_configs = _plugin("plugins/filter/prometheus.py").prometheus_static_configs
+    static_configs = load("plugins/filter/prometheus.py").prometheus_static_configs
     hostvars = {
         "gpu01": {"ansible_host": "fd00::11", "gpuinfra_node_group": "h100", "gpuinfra_gpu_count": 8},
         "gpu02": {"gpuinfra_node_group": 'odd"\n  - targets: [evil]'},
@@ -555,7 +545,7 @@ def test_scrape_targets_quote_every_value_and_bracket_ipv6_addresses() -> None:
 
 # --- basic-auth hashes: made on the controller -----------------------------------------------------------------------
 
-secrets_filter = _plugin("plugins/filter/secrets.py")
+secrets_filter = load("plugins/filter/secrets.py")
 
 
 def test_a_kept_hash_stays_while_it_matches_and_a_new_one_is_made_otherwise() -> None:

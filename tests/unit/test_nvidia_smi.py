@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from file_module import nvidia_smi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,18 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
 
 
-def _load() -> ModuleType:
-    name = "gpuinfra_plugin_nvidia_smi"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "module_utils" / "nvidia_smi.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-nv = _load()
+nv = nvidia_smi()
 
 H100 = "h100-hgx-8x-healthy.xml"
 H100_BAD = "h100-hgx-8x-unhealthy.xml"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib.util
 import json
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import AnsibleJson
+from file_module import load
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -200,10 +200,7 @@ def test_full_runs_every_role(host: Host) -> None:
 
 def test_packages_that_cannot_be_read_never_count_as_unchanged() -> None:
     """On a host without dpkg, the package watch cannot vouch for anything: the role always runs."""
-    spec = importlib.util.spec_from_file_location("receipt", ROOT / "plugins" / "modules" / "receipt.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load("plugins/modules/receipt.py")
     unknown = {"packages": {"demo": module.UNKNOWN}}
     assert module.differences(unknown, unknown) == ["packages demo: 'unknown' -> 'unknown'"]
     known = {"packages": {"demo": "1.2-1 hold"}}
@@ -253,18 +250,10 @@ def test_values_given_outside_the_inventory_digest_are_inputs_too(host: Host) ->
     assert oct(key.stat().st_mode & 0o777) == "0o600" and len(key.read_bytes()) == 32
 
 
-def _load(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location(Path(path).stem + "_under_test", ROOT / path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_secret_digests_are_keyed_and_leave_other_hosts_files_out(tmp_path: Path) -> None:
     """What a host is handed (and keeps in its receipts) of the controller's secrets: an HMAC under the controller's
     key, which no guess can be tested against, and nothing of the files another host owns."""
-    action = _load("plugins/action/receipt.py")
+    action = load("plugins/action/receipt.py")
     folder = tmp_path / "secrets"
     (folder / "monitoring-tls").mkdir(parents=True)
     files = {"munge.key": b"shared", "receipts.key": b"k" * 32, "monitoring-tls/gpu01.key": b"mine",
@@ -282,7 +271,7 @@ def test_secret_digests_are_keyed_and_leave_other_hosts_files_out(tmp_path: Path
 
 def test_the_module_never_logs_its_digests(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module's arguments go to the host's journal unless marked no_log."""
-    module = _load("plugins/modules/receipt.py")
+    module = load("plugins/modules/receipt.py")
     seen: dict[str, Any] = {}
 
     def capture(argument_spec: dict[str, Any], **kwargs: Any) -> None:

@@ -6,24 +6,15 @@ kept as it is.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_module import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("role_docs", ROOT / "scripts" / "role_docs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-role_docs = _script()
+role_docs = load("scripts/role_docs.py", "role_docs")
 ROLES = [p.name for p in role_docs.roles([])]
 
 

@@ -1,0 +1,30 @@
+"""Files of the repository that are not modules of the gpuinfra package (the collection's plugins, scripts, other
+test files), loaded as modules for the tests, once per session."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+NVIDIA_SMI = "plugins/module_utils/nvidia_smi.py"
+
+
+def load(path: str, name: str | None = None) -> ModuleType:
+    """The file at `path` (from the repository's root) as the module `name` (default: made from the path, so that
+    two files of the same name are two modules)."""
+    name = name or "under_test_" + path.removesuffix(".py").replace("/", "_").replace("-", "_")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before it runs: its dataclasses look themselves up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def nvidia_smi() -> ModuleType:
+    """The health parser the gpu_health module and the health program run on hosts."""
+    return load(NVIDIA_SMI, "gpuinfra_plugin_nvidia_smi")
