@@ -1,4 +1,4 @@
-"""gpuinfra-health (roles/gpu_health/files/gpuinfra-health) run as Slurm and the timer run it: a real process, with
+"""gpuinfra-health (roles/gpu_health/files/gpuinfra_health.py) run as Slurm and the timer run it: a real process, with
 the collection's module_utils as its library, recorded nvidia-smi answers and a kernel log file.
 
 Slurm is replaced by a small command-line double here (scontrol keeps one node's state and reason in a file), so
@@ -43,7 +43,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra-health"
+PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_health.py"
 GPUS = ROOT / "gpuinfra" / "sandbox" / "gpus"
 PIN = "535.261.03"
 

@@ -27,7 +27,7 @@ GOLDEN = ROOT / "tests" / "unit" / "golden" / "mig" / "gres"
 
 
 def _generator() -> ModuleType:
-    path = str(FILES / "gpuinfra-mig-slurm-gres")
+    path = str(FILES / "gpuinfra_mig_slurm_gres.py")
     loader = importlib.machinery.SourceFileLoader("gpuinfra_mig_slurm_gres", path)
     spec = importlib.util.spec_from_loader(loader.name, loader)
     assert spec is not None

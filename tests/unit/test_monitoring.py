@@ -33,8 +33,8 @@ GOLDEN = ROOT / "tests" / "unit" / "golden" / "monitoring"
 DATA = ROOT / "tests" / "unit" / "data" / "promtool"
 DASHBOARDS = ROOT / "roles" / "grafana" / "files" / "dashboards"
 COUNTERS = ROOT / "roles" / "dcgm_exporter" / "templates" / "counters.csv.j2"
-COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra-slurm-node-state"
-JOB_COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra-slurm-jobs"
+COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_node_state.py"
+JOB_COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_jobs.py"
 
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")
@@ -575,7 +575,7 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
     # What the unit runs is what the role installs, and removes again.
     tasks = (role / "tasks" / "slurm.yml").read_text() + (role / "tasks" / "slurm-absent.yml").read_text()
     for script in ("gpuinfra-slurm-jobs", "gpuinfra-slurm-node-state"):
-        assert (role / "files" / script).stat().st_mode & 0o111
+        assert (role / "files" / f"{script.replace('-', '_')}.py").stat().st_mode & 0o111
         assert f"- {script}\n" in tasks and f"/usr/local/sbin/{script}\n" in tasks
     assert "__node_exporter_slurm_jobs_textfile }}" in tasks
     if SYSTEMD_ANALYZE:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "roles" / "slurm_accounting" / "files" / "gpuinfra-slurm-accounting"
+TOOL = ROOT / "roles" / "slurm_accounting" / "files" / "gpuinfra_slurm_accounting.py"
 FIXTURES = ROOT / "tests" / "unit" / "golden" / "slurm" / "sacctmgr"
 WANTED = yaml.safe_load((ROOT / "molecule" / "slurm" / "vars" / "two_nodes.yml").read_text())
 CLUSTER = WANTED["slurm_accounting_cluster_name"]

@@ -477,7 +477,9 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuinfra-health", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=CONFIG, help=f"settings (default {CONFIG})")
-    parser.add_argument("--state", default=STATE, help=f"XID cursor, sticky XIDs, kept module answers (default {STATE})")
+    parser.add_argument(
+        "--state", default=STATE, help=f"XID cursor, sticky XIDs, kept module answers (default {STATE})"
+    )
     parser.add_argument("--no-action", action="store_true", help="only report; never drain, resume or taint")
     parser.add_argument("--clear-xids", action="store_true", help="forget sticky XIDs (after the GPU was repaired)")
     parser.add_argument("--json", action="store_true", help="print the whole verdict as JSON")

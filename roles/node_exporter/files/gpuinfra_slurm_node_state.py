@@ -61,8 +61,10 @@ def render(nodes: dict[str, dict[str, object]] | None) -> str:
         "# HELP gpuinfra_slurm_node_state Slurm base state of the node: the series with value 1 names it.",
         "# TYPE gpuinfra_slurm_node_state gauge",
     ]
-    out += [f'gpuinfra_slurm_node_state{{node="{_label(n)}",state="{_label(str(v["state"]))}"}} 1'
-            for n, v in sorted(nodes.items())]
+    out += [
+        f'gpuinfra_slurm_node_state{{node="{_label(n)}",state="{_label(str(v["state"]))}"}} 1'
+        for n, v in sorted(nodes.items())
+    ]
     for metric, help_text in (
         ("drained", "1 when the node is drained or draining: no new job starts on it."),
         ("down", "1 when the node is down, failed or not responding."),
@@ -95,8 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
     try:
-        done = subprocess.run([args.sinfo, "--noheader", "--Node", f"--format={SINFO_FORMAT}"],
-                              capture_output=True, text=True, timeout=args.timeout, check=True)
+        done = subprocess.run(
+            [args.sinfo, "--noheader", "--Node", f"--format={SINFO_FORMAT}"],
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+            check=True,
+        )
         nodes: dict[str, dict[str, object]] | None = parse(done.stdout)
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"sinfo failed: {exc}", file=sys.stderr)

@@ -93,8 +93,11 @@ def parse_devices(xml_text: str, profiles: dict[int, dict[int, str]]) -> list[Mi
             profile = profiles.get(gpu_index, {}).get(index)
             if profile is None:
                 raise GresError(f"nvidia-smi -L lists no profile for GPU {gpu_index} MIG device {index}")
-            devices.append(MigDevice(gpu_index, minor, index, profile, _int(mig, "gpu_instance_id"),
-                                     _int(mig, "compute_instance_id")))
+            devices.append(
+                MigDevice(
+                    gpu_index, minor, index, profile, _int(mig, "gpu_instance_id"), _int(mig, "compute_instance_id")
+                )
+            )
     return devices
 
 
@@ -106,8 +109,11 @@ def gres_lines(devices: list[MigDevice], minors: dict[str, int]) -> list[str]:
         for name in (gi, ci):
             if name not in minors:
                 raise GresError(f"{MIG_MINORS} has no entry {name}")
-        files = [f"/dev/nvidia{dev.gpu_minor}", f"/dev/nvidia-caps/nvidia-cap{minors[gi]}",
-                 f"/dev/nvidia-caps/nvidia-cap{minors[ci]}"]
+        files = [
+            f"/dev/nvidia{dev.gpu_minor}",
+            f"/dev/nvidia-caps/nvidia-cap{minors[gi]}",
+            f"/dev/nvidia-caps/nvidia-cap{minors[ci]}",
+        ]
         lines.append(f"Name=gpu Type={dev.profile} MultipleFiles={','.join(files)}")
     return lines
 
@@ -119,8 +125,10 @@ def render(devices: list[MigDevice], minors: dict[str, int]) -> str:
     ]
     body: list[str] = []
     for dev in devices:
-        body.append(f"# GPU {dev.gpu_index} MIG device {dev.device_index}: {dev.profile}, "
-                    f"GPU instance {dev.gpu_instance}, compute instance {dev.compute_instance}")
+        body.append(
+            f"# GPU {dev.gpu_index} MIG device {dev.device_index}: {dev.profile}, "
+            f"GPU instance {dev.gpu_instance}, compute instance {dev.compute_instance}"
+        )
         body.extend(gres_lines([dev], minors))
     return "\n".join([*header, *body]) + "\n"
 
@@ -131,8 +139,9 @@ def _run(argv: list[str]) -> str:
     except FileNotFoundError:
         raise GresError(f"{argv[0]} is not installed") from None
     except subprocess.CalledProcessError as exc:
-        raise GresError(f"{' '.join(argv)} failed ({exc.returncode}): {exc.stderr.strip() or exc.stdout.strip()}") \
-            from None
+        raise GresError(
+            f"{' '.join(argv)} failed ({exc.returncode}): {exc.stderr.strip() or exc.stdout.strip()}"
+        ) from None
 
 
 def write_if_changed(path: Path, content: str) -> bool:
