@@ -354,8 +354,7 @@ def run_playbook(
             callback_error.append(exc)
         return False  # keep no event files: everything needed is in `progress`
 
-    timed_out = threading.Event()
-    stopped: list[bool] = []
+    timed_out, stopped = threading.Event(), threading.Event()
 
     def should_cancel() -> bool:
         try:
@@ -366,8 +365,8 @@ def run_playbook(
         if options.timeout and time.monotonic() - started > options.timeout:
             timed_out.set()
         stop = cancelled.is_set() or timed_out.is_set() or bool(callback_error)
-        if stop and not stopped:
-            stopped.append(True)
+        if stop and not stopped.is_set():
+            stopped.set()
             stop_ansible(run_dir)
         return stop
 

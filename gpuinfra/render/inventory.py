@@ -18,12 +18,10 @@ from typing import Any
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
 from .receipts import NAMES_VARIABLE, receipt_inputs, receipt_roles, receipt_variables
-from .vars import concern_modules
+from .vars import LEFT_OUT, concern_modules
 
 GPU_NODES = "gpu_nodes"
 FRESH_GROUP_PREFIX = "gpuinfra_fresh_"
-# Roles the cluster file leaves out, from every concern: the receipts play keeps every host out of their plays.
-LEFT_OUT = "gpuinfra_roles_left_out"
 # Roles a cluster file may leave out that record no receipt: their plays too leave out the fresh group's hosts.
 OPTIONAL_ROLES = ("gpu_preflight", "kueue")
 # The header every generated file starts with (templates write `{{ ansible_managed }}`): set in the inventory, so

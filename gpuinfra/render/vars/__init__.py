@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+# The roles a cluster file leaves out: each concern may give some; the inventory joins them, and the receipts play
+# keeps every host out of their plays.
+LEFT_OUT = "gpuinfra_roles_left_out"
 # Concern modules, in the order their variables are merged.
 CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm", "monitoring")
 

@@ -17,6 +17,7 @@ from ...model.kubernetes import Kubernetes, Queues, Tenant
 from ...model.nodes import NodeGroup
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
+from . import LEFT_OUT
 from . import mig as mig_vars
 
 ARTIFACTS: tuple[Artifact, ...] = (
@@ -159,7 +160,7 @@ def _model_label(group: NodeGroup) -> dict[str, str]:
 def _queue_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
     queues = k8s.queues
     if queues is None:
-        return {"gpuinfra_roles_left_out": ["kueue"]}
+        return {LEFT_OUT: ["kueue"]}
     tolerations = daemonset_tolerations(rc, k8s)
     models = worker_gpu_models(rc)
     flavors = [{"name": flavor_name(m), "node_labels": {MODEL_LABEL: flavor_name(m)}} for m in models]

@@ -19,6 +19,7 @@ from ...model.driver import LocalSource, MirrorSource
 from ...model.monitoring import COMPONENTS
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
+from . import LEFT_OUT
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/prometheus/prometheus.yml", "prometheus", "prometheus.yml.j2", "monitoring"),
@@ -116,8 +117,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     return {
         "gpuinfra_monitoring_components": list(mon.components),
         # The monitoring roles this cluster leaves out: the receipts play keeps every host out of their plays.
-        "gpuinfra_roles_left_out": [c for c in COMPONENTS if c not in components]
-        + ([] if mon.tls is True else ["monitoring_tls"]),
+        LEFT_OUT: [c for c in COMPONENTS if c not in components] + ([] if mon.tls is True else ["monitoring_tls"]),
         **_tls_vars(rc),
         "node_exporter_listen_host": listen_host,
         "node_exporter_basic_auth": mon.basic_auth,
