@@ -9,8 +9,10 @@ The one copy of that I/O, shared by the `gpu_health` module (through Ansible's r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,9 @@ SYS_MODULE_VERSION = "/sys/module/nvidia/version"
 # What `modinfo` and `dkms status` read besides each kernel's modules folder: DKMS's tree and settings, and the
 # module aliases (Debian's driver names its module nvidia-current and aliases it to nvidia).
 MODULE_TREES = ("/var/lib/dkms", "/etc/dkms", "/etc/modprobe.d", "/lib/modprobe.d")
+# The package managers' locks (dpkg's, apt's, rpm's): held while packages are installed, and so while DKMS builds
+# the module for a kernel being installed.
+PACKAGE_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/rpm/.rpm.lock")
 
 
 @dataclass
@@ -57,6 +62,11 @@ class ProbeOptions:
     always ask."""
     module_trees: Sequence[str] = MODULE_TREES
     modules_dir: str = "/lib/modules"
+    dkms_verdict: dict[str, Any] | None = None
+    """Where a caller that checks again and again keeps its last DKMS judgement. While another process holds a
+    package manager's lock, a kernel being installed may not have its module yet (DKMS builds it inside the same
+    dpkg run, for minutes), so the last judgement stands until the lock is free; None: always judged."""
+    package_locks: Sequence[str] = PACKAGE_LOCKS
 
 
 @dataclass
@@ -201,9 +211,45 @@ def remembered(run: Run, cache: dict[str, Any] | None, digest: str) -> Run:
     return answer
 
 
+def lock_holder(paths: Sequence[str]) -> str | None:
+    """'PID n holds PATH' for the first of these lock files another process holds (fcntl's F_GETLK: only asks, so
+    it never makes the package manager wait); None when all are free or absent."""
+    probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if kind != fcntl.F_UNLCK:
+            return f"{f'PID {pid}' if pid > 0 else 'a process'} holds {path}"  # an open file description's lock: -1
+    return None
+
+
 def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
     """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
     kernels = kernels_to_check(options)
+    kept = options.dkms_verdict
+    if kept is not None:
+        holder = lock_holder(options.package_locks)
+        if holder:
+            kept["deferred"] = f"DKMS not judged while the package manager runs ({holder}): the last judgement stands"
+            return list(kept.get("kernels", [])), [], list(kept.get("problems", []))
+        kept.clear()
+    kernels, entries, problems = _judge_dkms(run, which, pin, kernels, options)
+    if kept is not None:
+        kept.update(kernels=kernels, problems=problems)
+    return kernels, entries, problems
+
+
+def _judge_dkms(
+    run: Run, which: Which, pin: str, kernels: list[str], options: ProbeOptions
+) -> tuple[list[str], list[Any], list[str]]:
     dkms = which("dkms")
     if not kernels:
         return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"]

@@ -15,6 +15,7 @@ the service account's rights against a real cluster.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import importlib
 import ipaddress
@@ -828,3 +829,61 @@ def test_a_kept_answer_is_dropped_when_the_digest_changes(probe: Any) -> None:
         assert remembered(["modinfo", "nvidia"]) == (1, "", "failed")
     dkms, modinfo = ["dkms", "status"], ["modinfo", "nvidia"]
     assert asked == [dkms, modinfo, modinfo, dkms, modinfo]  # digest a, a again (modinfo failed), b
+
+
+# --- DKMS while the package manager runs ------------------------------------------------------------------------
+
+KERNELS = ["6.1.0-31-amd64", "6.12.95+deb12-amd64"]
+
+
+@contextlib.contextmanager
+def _held(lock: Path) -> Iterator[int]:
+    """Another process holding `lock` as dpkg does (fcntl), until the block ends; yields its PID."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.lockf(f, fcntl.LOCK_EX); "
+         "print('held', flush=True); sys.stdin.read()", str(lock)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder.pid
+    finally:
+        holder.communicate("")
+
+
+def test_dkms_is_not_judged_while_the_package_manager_runs(probe: Any, tmp_path: Path) -> None:
+    """unattended-upgrades installing a kernel holds dpkg's lock while DKMS builds the module for it (minutes): the
+    health program keeps its last DKMS judgement until the lock is free, so a build in progress drains no node and
+    a node drained for a missing module is not resumed on the way."""
+    lock = tmp_path / "lock-frontend"
+    lock.touch()
+    answer = {"status": ""}
+
+    def run(argv: Any) -> tuple[int, str, str]:
+        return 0, answer["status"], ""
+
+    def which(name: str) -> str:
+        return name
+
+    def judge(kept: dict[str, Any] | None) -> list[str]:
+        locks = [str(tmp_path / "absent"), str(lock)]
+        options = probe.ProbeOptions(dkms_kernels=KERNELS, dkms_verdict=kept, package_locks=locks)
+        return list(probe.dkms_state(run, which, PIN, options)[2])
+
+    installed = "".join(f"nvidia-current/{PIN}, {k}, x86_64: installed\n" for k in KERNELS)
+    answer["status"] = installed
+    kept: dict[str, Any] = {}
+    assert judge(kept) == [] and kept == {"kernels": KERNELS, "problems": []}
+
+    answer["status"] = installed.splitlines(keepends=True)[0]  # the new kernel's module is still being built
+    with _held(lock) as pid:
+        assert judge(kept) == []
+        assert kept["deferred"].startswith(f"DKMS not judged while the package manager runs (PID {pid} holds {lock})")
+        assert judge(None) == [f"DKMS: no nvidia module {PIN} for kernel {KERNELS[1]}"]  # the upgrade's gate judges
+    assert judge(kept) == [f"DKMS: no nvidia module {PIN} for kernel {KERNELS[1]}"]  # the build failed
+    assert "deferred" not in kept
+
+    answer["status"] = installed  # a drained node is not resumed while packages change, only once judged again
+    with _held(lock):
+        assert judge(kept) == [f"DKMS: no nvidia module {PIN} for kernel {KERNELS[1]}"]
+    assert judge(kept) == []

@@ -419,6 +419,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         check_dkms=bool(config.get("check_dkms", True)),
         dkms_module=config.get("dkms_module") or None,
         module_cache=dict(state.get("module_cache", {})),
+        dkms_verdict=dict(state.get("dkms_verdict", {})),
     )
     verdict = inspect(run, shutil.which, policy, options, [XidEvent(**e) for e in failing])
     if log.text is None:
@@ -426,6 +427,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         verdict["problems"].append(f"node: cannot read the kernel log, XIDs are unchecked ({log.source})")
         verdict["healthy"] = False
     verdict["kernel_log_source"] = log.source
+    verdict["dkms_deferred"] = options.dkms_verdict.get("deferred", "") if options.dkms_verdict is not None else ""
     gpu_index = dict(state.get("gpu_index", {}) if same_boot else {})
     gpu_index.update({pci_key(g["pci_bus_id"]) or "": g["index"] for g in verdict["gpus"]})
     new_state = {
@@ -434,6 +436,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         "sticky": sticky,
         "gpu_index": gpu_index,
         "module_cache": options.module_cache,
+        "dkms_verdict": options.dkms_verdict,
     }
     return verdict, new_state, failing
 
@@ -478,7 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuinfra-health", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=CONFIG, help=f"settings (default {CONFIG})")
     parser.add_argument(
-        "--state", default=STATE, help=f"XID cursor, sticky XIDs, kept module answers (default {STATE})"
+        "--state",
+        default=STATE,
+        help=f"XID cursor, sticky XIDs, kept module answers and DKMS judgement (default {STATE})",
     )
     parser.add_argument("--no-action", action="store_true", help="only report; never drain, resume or taint")
     parser.add_argument("--clear-xids", action="store_true", help="forget sticky XIDs (after the GPU was repaired)")
