@@ -1,7 +1,7 @@
 """Pydantic models of the cluster file."""
 
 from .cluster import Cluster
-from .driver import ContainerToolkit, Driver
+from .driver import ContainerToolkit, Driver, Kernel
 from .kubernetes import Kubernetes, Tenant
 from .mig import Mig
 from .monitoring import COMPONENTS, Component, Monitoring
@@ -19,6 +19,7 @@ __all__ = [
     "Driver",
     "Gpu",
     "Health",
+    "Kernel",
     "Kubernetes",
     "Mig",
     "MigAssignment",

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field
 
 from .base import Model
-from .driver import ContainerToolkit, Driver
+from .driver import ContainerToolkit, Driver, Kernel
 from .grammar import Name
 from .kubernetes import Kubernetes
 from .mig import Mig
@@ -23,6 +23,7 @@ class Cluster(Model):
     connection: Connection = Connection()
     node_groups: Annotated[dict[Name, NodeGroup], Field(min_length=1)]
     driver: Driver | None = None
+    kernel: Kernel = Kernel()
     container_toolkit: ContainerToolkit = ContainerToolkit()
     slurm: Slurm | None = None
     kubernetes: Kubernetes | None = None

@@ -1,4 +1,5 @@
-"""The NVIDIA driver and the container toolkit: versions, module flavour, and where packages come from."""
+"""The NVIDIA driver, the kernels it is built for, and the container toolkit: versions, module flavour, and where
+packages come from."""
 
 from __future__ import annotations
 
@@ -68,6 +69,13 @@ class Driver(Model):
     @property
     def major(self) -> int:
         return self.branch if self.branch is not None else int(str(self.version).split(".")[0])
+
+
+class Kernel(Model):
+    unattended_updates: bool = False
+    """Let unattended-upgrades (dnf-automatic on RHEL) install kernels on the GPU nodes; their headers come with
+    them and DKMS builds the module in the same run. The reboot stays `gpuinfra upgrade --kernel`'s, node by node
+    behind the kernel gate. false: kernels arrive only through `gpuinfra upgrade --kernel`."""
 
 
 ContainerRuntimeName = Literal["containerd", "docker", "cri-o"]

@@ -9,9 +9,10 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 3. a fourth GPU node added while a job runs;
 4. a driver upgrade to another real version (535.261.03 -> 535.309.01, bookworm-security): a canary, then a window
    of 2, each node restarted, a job running on the canary, and gpuinfra killed mid-run and run again;
-5. a kernel update that installs bookworm-backports' kernel package on gpu01: first stopped by a held dpkg lock,
-   then by its failing health gate, then retried to the end (one node: each node's new kernel costs a DKMS build
-   of about 5 minutes on 2 cores, and the window is step 4's);
+5. a kernel update on gpu01: unattended-upgrades installs bookworm-backports' kernel, as a site that follows
+   backports' kernels gets it, with its headers and a DKMS build while the node serves; then `gpuinfra upgrade
+   --kernel` boots it, first stopped by a held dpkg lock, then by its failing health gate, then retried to the end
+   (one node: each node's new kernel costs a DKMS build of about 5 minutes on 2 cores, and the window is step 4's);
 6. the Munge key and the slurmdbd password rotated through ansible-vault with plain ansible-playbook, then the key
    through the secrets folder with gpuinfra apply;
 7. the monitoring certificates at their renewal time;
@@ -374,13 +375,39 @@ def _kernel_update(life: Life, journal: Path, *args: str) -> tuple[int, dict[str
                         "-e", f"kernel_update_release={KERNEL_RELEASE}", *args)  # fmt: skip
 
 
-def test_5_a_kernel_update_through_a_held_lock_and_a_failing_health_gate(life: Life, tmp_path: Path) -> None:
+# A site that follows backports' kernels: backports among unattended-upgrades' origins, the kernel metapackages
+# pinned to it.
+SITE_ORIGINS = 'Unattended-Upgrade::Origins-Pattern { "origin=Debian Backports,codename=bookworm-backports"; };'
+SITE_PIN = """Package: linux-image-amd64 linux-headers-amd64 linux-image-6.* linux-headers-6.* linux-kbuild-6.*
+Pin: release n=bookworm-backports
+Pin-Priority: 500
+"""
+
+
+def test_5_a_kernel_from_unattended_upgrades_booted_through_a_held_lock_and_a_failing_health_gate(
+    life: Life, tmp_path: Path
+) -> None:
     journal = tmp_path / "kernel.jsonl"
     kernels = {node: set(ok(node, "ls /lib/modules").split()) for node in KERNEL_NODES}
     for node in KERNEL_NODES:  # the site takes its newer kernel from backports, signed by the archive's key
         ok(node, f"printf '%s\\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: {KERNEL_RELEASE}' "
                  "'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' "
                  "> /etc/apt/sources.list.d/backports.sources")  # fmt: skip
+        ok(node, f"printf '%s\\n' {shlex.quote(SITE_ORIGINS)} > /etc/apt/apt.conf.d/60site-origins && "
+                 f"printf '%s' {shlex.quote(SITE_PIN)} > /etc/apt/preferences.d/site-backports-kernel.pref && "
+                 "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends "
+                 "unattended-upgrades")  # fmt: skip
+
+    # 0. unattended-upgrades installs the kernel (cluster.yml allows it) with its headers, and DKMS builds the
+    #    module inside its dpkg run: no node leaves service meanwhile, and nothing reboots.
+    with sampled(life):
+        for node in KERNEL_NODES:
+            ok(node, "unattended-upgrade --verbose")
+    for node in KERNEL_NODES:
+        (release,) = set(ok(node, "ls /lib/modules").split()) - kernels[node]
+        ok(node, f"dpkg-query --show linux-headers-{release}")
+        assert ok(node, f"dkms status -k {release} nvidia-current/{NEW}").strip().endswith("installed"), node
+
     with sampled(life, allowed=lambda node, reason: reason.startswith("gpuinfra: kernel update")):
         # 1. unattended-upgrades holds dpkg's lock on the canary: the run waits, names the holder, and stops there.
         lock = "import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); fcntl.lockf(f, 2); time.sleep(900)"

@@ -98,7 +98,9 @@ def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **ov
 
 
 def render(role: str, template: str, os_name: str = "Debian", **overrides: Any) -> str:
-    variables = {**_trusted(_yaml(ROLES / role / "defaults" / "main.yml")), **overrides}
+    """A role template rendered as `gpuinfra plan` renders it: defaults < overrides < vars/main.yml."""
+    layers = {**_yaml(ROLES / role / "defaults" / "main.yml"), **overrides}
+    variables = _trusted({**layers, **_yaml(ROLES / role / "vars" / "main.yml")})
     variables.update({"ansible_managed": "Managed by gpuinfra", "ansible_facts": FACTS[os_name]})
     source = (ROLES / role / "templates" / template).read_text()
     return str(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source)))
@@ -358,6 +360,57 @@ def test_apt_reads_the_unattended_upgrades_blacklist(tmp_path: Path) -> None:
     assert subprocess.run([apt_config, "-c", str(conf), "dump"], capture_output=True, check=False).returncode != 0
 
 
+@pytest.mark.parametrize("unattended", [False, True])
+def test_apt_reads_the_kernel_updates_file(tmp_path: Path, unattended: bool) -> None:
+    """Kernels stay out of unattended-upgrades unless allowed, and it never reboots a GPU node."""
+    apt_config = _apt("apt-config")
+    conf = tmp_path / "52gpuinfra-kernel-updates"
+    conf.write_text(render("kernel_updates", "unattended-upgrades-kernel.conf.j2", kernel_updates_unattended=unattended))
+    result = subprocess.run([apt_config, "-c", str(conf), "dump"], capture_output=True, text=True, check=True)
+    assert 'Unattended-Upgrade::Automatic-Reboot "false";' in result.stdout.splitlines()
+    patterns = re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', result.stdout, re.M)
+    kernels = ["linux-image-amd64", "linux-image-6.1.0-50-amd64", "linux-headers-amd64", "linux-kbuild-6.1",
+               "linux-image-generic-hwe-24.04", "linux-modules-6.8.0-45-generic", "linux-headers-6.8.0-45"]  # fmt: skip
+    for package in kernels:  # matched as unattended-upgrades matches: Python's re.match
+        assert any(re.match(p, package) for p in patterns) != unattended, package
+    for package in ["linux-base", "linux-libc-dev", "firmware-linux-free", "libc6"]:
+        assert not any(re.match(p, package) for p in patterns), package
+
+
+DPKG_KERNELS = """linux-image-6.1.0-50-amd64 6.1.176-1 ii
+linux-image-6.1.0-50-amd64-unsigned  un
+linux-image-amd64 6.1.176-1 ii
+linux-image-cloud-amd64  un
+linux-image-rt-amd64 6.1.170-1 rc
+linux-image-generic-hwe-24.04 6.8.0-45.45~22.04.1 ii
+"""
+
+
+@pytest.mark.parametrize(
+    ("madison", "wanted"),
+    [
+        # The sources offer the kernel metapackage's own version: that one.
+        (" linux-headers-amd64 | 6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
+         " linux-headers-amd64 | 6.12.95-1~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64 Packages\n",
+         ["linux-headers-amd64=6.1.176-1"]),
+        # Only a newer one (the archive moved on): the name alone, apt's candidate.
+        ("linux-headers-amd64 | 6.1.180-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n",
+         ["linux-headers-amd64"]),
+        # Ubuntu's HWE kernel beside Debian's; an unknown headers package is never asked for.
+        ("          linux-headers-amd64 | 6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
+         "linux-headers-generic-hwe-24.04 | 6.8.0-45.45~22.04.1 | http://archive.ubuntu.com/ubuntu jammy-updates/main amd64 Packages\n",
+         ["linux-headers-amd64=6.1.176-1", "linux-headers-generic-hwe-24.04=6.8.0-45.45~22.04.1"]),
+        ("", []),
+    ],
+)  # fmt: skip
+def test_the_headers_metapackage_follows_each_kernel_metapackage(madison: str, wanted: list[str]) -> None:
+    found = role_vars(
+        "kernel_updates", "Debian", __kernel_updates_dpkg={"stdout": DPKG_KERNELS}, __kernel_updates_madison={"stdout": madison}
+    )
+    assert [flavour for flavour, _ in found["__kernel_updates_images"]] == ["amd64", "generic-hwe-24.04"]
+    assert found["__kernel_updates_headers_packages"] == wanted
+
+
 def test_nouveau_blacklist() -> None:
     text = render("nvidia_driver", "blacklist-nouveau.conf.j2")
     assert "blacklist nouveau\n" in text and "options nouveau modeset=0\n" in text
@@ -424,12 +477,12 @@ def test_group_vars_from_a_branch_and_local_packages() -> None:
     assert (out["nvidia_driver_reboot"], out["nvidia_driver_hold"]) == ("never", False)
 
 
-def test_no_driver_section_renders_nothing() -> None:
-    assert driver.group_vars(_cluster(None)) == {}
+def test_no_driver_section_renders_only_the_kernel_updates() -> None:
+    assert driver.group_vars(_cluster(None)) == {"kernel_updates_unattended": False}
 
 
 def test_group_vars_are_declared_options_of_the_right_type() -> None:
-    options = {**_spec_options("nvidia_driver"), **_spec_options("gpu_kernel_gate")}
+    options = {**_spec_options("nvidia_driver"), **_spec_options("gpu_kernel_gate"), **_spec_options("kernel_updates")}
     out = driver.group_vars(_cluster({"version": "535.261.03", "source": {"type": "distribution", "backports": True}}))
     kinds = {"str": str, "int": int, "bool": bool, "list": list}
     for name, value in out.items():
@@ -444,7 +497,12 @@ def test_group_vars_are_declared_options_of_the_right_type() -> None:
 def test_artifacts_render_for_the_first_gpu_host() -> None:
     rc = _cluster({"version": "535.261.03"})
     names = {a.template for a in driver.ARTIFACTS}
-    assert names == {"nvidia-driver.pref.j2", "unattended-upgrades-nvidia.conf.j2", "blacklist-nouveau.conf.j2"}
+    assert names == {
+        "nvidia-driver.pref.j2",
+        "unattended-upgrades-nvidia.conf.j2",
+        "blacklist-nouveau.conf.j2",
+        "unattended-upgrades-kernel.conf.j2",
+    }
     for artifact in driver.ARTIFACTS:
         assert artifact.host_role == "gpu_nodes"
         assert (ROLES / artifact.role / "templates" / artifact.template).exists()

@@ -30,7 +30,7 @@ APPLY_DOC = ROOT / "docs" / "apply.md"
 # Concern tag -> the roles whose tasks it selects. The read-only checks before the driver and the toolkit go on
 # serve both, so either tag runs them.
 CONCERNS: dict[str, frozenset[str]] = {
-    "driver": frozenset({"gpu_preflight", "nvidia_driver"}),
+    "driver": frozenset({"gpu_preflight", "nvidia_driver", "kernel_updates"}),
     "toolkit": frozenset({"gpu_preflight", "nvidia_container_toolkit"}),
     "mig": frozenset({"mig"}),
     "munge": frozenset({"munge"}),

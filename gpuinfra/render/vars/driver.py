@@ -1,6 +1,7 @@
-"""The NVIDIA driver and its kernel gate: role variables from `driver:` in the cluster file.
+"""The NVIDIA driver, its kernel gate and the kernel updates it survives: role variables from `driver:` and
+`kernel:` in the cluster file.
 
-Roles: nvidia_driver, gpu_kernel_gate (and gpu_preflight, which needs nothing from the model).
+Roles: nvidia_driver, gpu_kernel_gate, kernel_updates (and gpu_preflight, which needs nothing from the model).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ ARTIFACTS: list[Artifact] = [
         path="nvidia-driver/apt/apt.conf.d/51gpuinfra-nvidia-driver",
         role="nvidia_driver",
         template="unattended-upgrades-nvidia.conf.j2",
+        host_role="gpu_nodes",
+    ),
+    Artifact(
+        path="kernel-updates/apt/apt.conf.d/52gpuinfra-kernel-updates",
+        role="kernel_updates",
+        template="unattended-upgrades-kernel.conf.j2",
         host_role="gpu_nodes",
     ),
     Artifact(
@@ -47,11 +54,13 @@ def source_vars(driver: Driver) -> dict[str, Any]:
 
 
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    kernel = {"kernel_updates_unattended": rc.model.kernel.unattended_updates}
     driver = rc.model.driver
     if driver is None:
-        return {}
+        return kernel
     version = driver.version or ""
     return {
+        **kernel,
         "nvidia_driver_version": version,
         "nvidia_driver_branch": driver.major,
         "nvidia_driver_kernel_modules": driver.kernel_modules,
