@@ -278,9 +278,9 @@ def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_e
     report, smi_rc, node_problems = read_smi(run, which, options)
     pin = policy.driver_version
     if options.module_cache is not None and (options.check_kernel_module or options.check_dkms):
-        kernels = sorted({*kernels_to_check(options), os.uname().release})  # modinfo reads the running one's
+        read = sorted({*kernels_to_check(options), os.uname().release})  # modinfo reads the running one's
         tools = [which("modinfo"), which("dkms")]
-        run = remembered(run, options.module_cache, module_files_digest(kernels, tools, options))
+        run = remembered(run, options.module_cache, module_files_digest(read, tools, options))
     modinfo_version, loaded_version = None, None
     if options.check_kernel_module:
         modinfo_version, loaded_version = module_versions(run, which)

@@ -11,6 +11,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.node_probe import (
     KernelLog,
     ProbeOptions,
+    Run,
     inspect,
     read_dmesg,
     read_journal,
@@ -267,12 +268,19 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-def read_kernel_log(module: AnsibleModule) -> KernelLog:
-    """Kernel messages since boot: from the journal, else from dmesg."""
+def runner(module: AnsibleModule) -> Run:
+    """node_probe's `run(argv) -> (rc, stdout, stderr)` through Ansible's run_command."""
 
     def run(argv: Any) -> tuple[int, str, str]:
-        return module.run_command(list(argv), check_rc=False)
+        rc, out, err = module.run_command(list(argv), check_rc=False)
+        return int(rc), str(out), str(err)
 
+    return run
+
+
+def read_kernel_log(module: AnsibleModule) -> KernelLog:
+    """Kernel messages since boot: from the journal, else from dmesg."""
+    run = runner(module)
     log = read_journal(run, module.get_bin_path)
     if log.text is None:
         fallback = read_dmesg(run, module.get_bin_path)
@@ -307,10 +315,7 @@ def main() -> None:
         dkms_module=p["dkms_module"],
         dkms_kernels=p["dkms_kernels"],
     )
-
-    def run(argv: Any) -> tuple[int, str, str]:
-        return module.run_command(list(argv), check_rc=False)
-
+    run = runner(module)
     xid_events = []
     kernel_log_source = "not checked"
     log_problems = []
