@@ -365,7 +365,8 @@ def test_apt_reads_the_kernel_updates_file(tmp_path: Path, unattended: bool) -> 
     """Kernels stay out of unattended-upgrades unless allowed, and it never reboots a GPU node."""
     apt_config = _apt("apt-config")
     conf = tmp_path / "52gpuinfra-kernel-updates"
-    conf.write_text(render("kernel_updates", "unattended-upgrades-kernel.conf.j2", kernel_updates_unattended=unattended))
+    text = render("kernel_updates", "unattended-upgrades-kernel.conf.j2", kernel_updates_unattended=unattended)
+    conf.write_text(text)
     result = subprocess.run([apt_config, "-c", str(conf), "dump"], capture_output=True, text=True, check=True)
     assert 'Unattended-Upgrade::Automatic-Reboot "false";' in result.stdout.splitlines()
     patterns = re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', result.stdout, re.M)
@@ -391,22 +392,23 @@ linux-image-generic-hwe-24.04 6.8.0-45.45~22.04.1 ii
     [
         # The sources offer the kernel metapackage's own version: that one.
         (" linux-headers-amd64 | 6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
-         " linux-headers-amd64 | 6.12.95-1~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64 Packages\n",
+         " linux-headers-amd64 | 6.12.95-1~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64"
+         " Packages\n",
          ["linux-headers-amd64=6.1.176-1"]),
         # Only a newer one (the archive moved on): the name alone, apt's candidate.
         ("linux-headers-amd64 | 6.1.180-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n",
          ["linux-headers-amd64"]),
         # Ubuntu's HWE kernel beside Debian's; an unknown headers package is never asked for.
         ("          linux-headers-amd64 | 6.1.176-1 | http://deb.debian.org/debian bookworm/main amd64 Packages\n"
-         "linux-headers-generic-hwe-24.04 | 6.8.0-45.45~22.04.1 | http://archive.ubuntu.com/ubuntu jammy-updates/main amd64 Packages\n",
+         "linux-headers-generic-hwe-24.04 | 6.8.0-45.45~22.04.1 | http://archive.ubuntu.com/ubuntu jammy-updates/main"
+         " amd64 Packages\n",
          ["linux-headers-amd64=6.1.176-1", "linux-headers-generic-hwe-24.04=6.8.0-45.45~22.04.1"]),
         ("", []),
     ],
 )  # fmt: skip
 def test_the_headers_metapackage_follows_each_kernel_metapackage(madison: str, wanted: list[str]) -> None:
-    found = role_vars(
-        "kernel_updates", "Debian", __kernel_updates_dpkg={"stdout": DPKG_KERNELS}, __kernel_updates_madison={"stdout": madison}
-    )
+    answers = {"__kernel_updates_dpkg": {"stdout": DPKG_KERNELS}, "__kernel_updates_madison": {"stdout": madison}}
+    found = role_vars("kernel_updates", "Debian", **answers)
     assert [flavour for flavour, _ in found["__kernel_updates_images"]] == ["amd64", "generic-hwe-24.04"]
     assert found["__kernel_updates_headers_packages"] == wanted
 
