@@ -6,7 +6,9 @@ collection, one folder above this package.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 _PACKAGED = Path(__file__).resolve().parent / "_collection"
 _CHECKOUT = Path(__file__).resolve().parents[1]
@@ -21,3 +23,15 @@ def link_collection(folder: Path) -> None:
     link = folder / "ansible_collections" / "gpuinfra" / "cluster"
     link.parent.mkdir(mode=0o700, parents=True)
     link.symlink_to(ROOT, target_is_directory=True)
+
+
+def module_util(name: str) -> ModuleType:
+    """A module of the collection's plugins/module_utils, loaded from its file: for a definition gpuinfra shares with
+    the plugins (which import it as ansible_collections.gpuinfra.cluster.plugins.module_utils.NAME)."""
+    spec = importlib.util.spec_from_file_location(
+        f"gpuinfra_module_utils_{name}", ROOT / "plugins" / "module_utils" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -25,6 +25,12 @@ def load(path: str, name: str | None = None) -> ModuleType:
     return sys.modules[name]
 
 
+def collection_module(path: str) -> ModuleType:
+    """A file of the collection under the name Ansible imports it by (ansible_collections.gpuinfra.cluster.<path>),
+    so that the plugins that import it find this one."""
+    return load(path, "ansible_collections.gpuinfra.cluster." + path.removesuffix(".py").replace("/", "."))
+
+
 def nvidia_smi() -> ModuleType:
     """The health parser the gpu_health module and the health program run on hosts."""
     return load(NVIDIA_SMI, "gpuinfra_plugin_nvidia_smi")

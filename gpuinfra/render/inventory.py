@@ -17,7 +17,7 @@ from typing import Any
 
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
-from .receipts import NAMES_VARIABLE, receipt_inputs, receipt_roles, receipt_variables
+from .receipts import NAMES, receipt_inputs, receipt_roles, receipt_variables
 from .vars import LEFT_OUT, concern_modules
 
 GPU_NODES = "gpu_nodes"
@@ -94,7 +94,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpuinfra_cluster_name": rc.model.name,
         "ansible_managed": ANSIBLE_MANAGED,
-        NAMES_VARIABLE: receipt_variables(),
+        NAMES: receipt_variables(),
         **connection_vars(rc),
     }
     left_out: list[str] = []

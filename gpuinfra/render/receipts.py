@@ -12,7 +12,7 @@ Facts are not inputs: what a role reads from the host itself is the state its re
 
 That digest covers gpuinfra's own inventory. A value may also come from elsewhere: group_vars or host_vars beside a
 plain inventory, ansible-vault, `-e`, an AWX survey. So the inventory also names, per role, the public role
-variables its files read (`NAMES_VARIABLE`), and the receipt's action plugin digests their values as the run sees
+variables its files read (`NAMES`), and the receipt's action plugin digests their values as the run sees
 them, whatever their source, into the same receipt.
 """
 
@@ -28,17 +28,14 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from ..collection import ROOT
+from ..collection import ROOT, module_util
 
-VARIABLE_PREFIX = "gpuinfra_receipt_"
-"""Inventory variable `gpuinfra_receipt_<role>`: the role's inputs digest on that host."""
-HOST_VARIABLE = "gpuinfra_receipts_host"
-"""Inventory variable: the digest of the variables a host holds on its own (its address, ...). A role that names
-any of them gets a digest ending in HOST_MARK, which the receipt's action plugin completes with this one. So each
-host carries one digest of its own, and each role's digest is shared by a whole node group."""
-HOST_MARK = "+host"
-NAMES_VARIABLE = "gpuinfra_receipt_variables"
-"""Inventory variable: role -> the public role variables (those of any role's defaults) its files name."""
+_PROTOCOL = module_util("receipt_protocol")  # the names the receipt's action plugin reads, defined there once
+INPUTS_PREFIX: str = _PROTOCOL.INPUTS_PREFIX
+HOST_INPUTS: str = _PROTOCOL.HOST_INPUTS
+"""Each host carries one digest of its own variables, and each role's digest is shared by a whole node group."""
+HOST_MARK: str = _PROTOCOL.HOST_MARK
+NAMES: str = _PROTOCOL.NAMES
 RECEIPT_MODULE = "gpuinfra.cluster.receipt"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
@@ -119,7 +116,7 @@ def receipt_inputs(
     own: Mapping[str, Mapping[str, Any]],
     members: Mapping[str, Iterable[str]],
 ) -> dict[str, dict[str, str]]:
-    """host -> {`gpuinfra_receipt_<role>`: digest, HOST_VARIABLE: digest}, from the inventory's `all` vars, the
+    """host -> {`gpuinfra_receipt_<role>`: digest, HOST_INPUTS: digest}, from the inventory's `all` vars, the
     vars each node group's hosts share, each host's own vars (which win, as in Ansible) and the inventory's groups.
 
     Hosts of one node group differ in few variables (their address), and those go into the host's one digest: a
@@ -131,7 +128,7 @@ def receipt_inputs(
             host_groups.setdefault(host, []).append(name)
     node_group_of = {host: group for group, (hosts, _) in node_groups.items() for host in hosts}
     known = set(shared).union(*own.values(), *(variables for _, variables in node_groups.values()))
-    out: dict[str, dict[str, str]] = {host: {HOST_VARIABLE: _digest(variables)} for host, variables in own.items()}
+    out: dict[str, dict[str, str]] = {host: {HOST_INPUTS: _digest(variables)} for host, variables in own.items()}
     for role in receipt_roles():
         files, text = _role_sources(role)
         identifiers = set(_IDENTIFIER.findall(text))
@@ -152,5 +149,5 @@ def receipt_inputs(
             if key not in seen:
                 digest = _digest(base, host_groups[host], group_values.get(group, {}) if group else {})
                 seen[key] = digest + HOST_MARK if reads_own else digest
-            out[host][VARIABLE_PREFIX + role] = seen[key]
+            out[host][INPUTS_PREFIX + role] = seen[key]
     return out

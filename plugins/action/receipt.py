@@ -19,16 +19,13 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.receipt_protocol import (
+    HOST_INPUTS,
+    HOST_MARK,
+    INPUTS_PREFIX,
+    NAMES,
+)
 
-# gpuinfra writes one variable per role into the inventory: gpuinfra_receipt_<role>, the digest of that role's
-# inputs on that host. An inventory without them (a role applied by hand, Molecule) records and skips nothing.
-INPUTS_PREFIX = "gpuinfra_receipt_"
-# A role's digest that ends in HOST_MARK also covers the host's own variables, whose digest is HOST_INPUTS.
-HOST_INPUTS = "gpuinfra_receipts_host"
-HOST_MARK = "+host"
-# Role -> the public role variables its files read (gpuinfra/render/receipts.py). Their values in this run, from any
-# source (the inventory, group_vars and host_vars, ansible-vault, -e, an AWX survey), are inputs too.
-NAMES = "gpuinfra_receipt_variables"
 # The key those values are digested with (HMAC-SHA256), made once in the controller's secrets folder: what a host
 # keeps in its receipts can never be tested against a guessed password or key.
 VALUES_KEY = "receipts.key"

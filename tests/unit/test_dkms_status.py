@@ -7,14 +7,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from file_module import NVIDIA_SMI, load
+from file_module import NVIDIA_SMI, collection_module, load
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 
 # The parsing lives in the collection's module_utils; the module imports it under its collection name.
-nv = load(NVIDIA_SMI, "ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi")
+nv = collection_module(NVIDIA_SMI)
 mod = load("plugins/modules/nvidia_dkms_status.py", "nvidia_dkms_status")
 
 

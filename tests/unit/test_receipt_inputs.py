@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
 from gpuinfra.render.inventory import inventory_yaml
-from gpuinfra.render.receipts import HOST_MARK, HOST_VARIABLE, VARIABLE_PREFIX, receipt_roles
+from gpuinfra.render.receipts import HOST_INPUTS, HOST_MARK, INPUTS_PREFIX, receipt_roles
 from gpuinfra.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ def digests(data: dict[str, Any]) -> dict[str, dict[str, str]]:
     """host -> role -> digest, wherever the inventory puts them (a node group's vars, or the host's), completed with
     the host's own digest as the receipt's action plugin completes them."""
     inventory = inventory_yaml(resolve(Cluster.model_validate(data)))["all"]
-    wanted = (VARIABLE_PREFIX, HOST_VARIABLE)
+    wanted = (INPUTS_PREFIX, HOST_INPUTS)
     found: dict[str, dict[str, str]] = {}
     for group in inventory["children"].values():
         shared = {k: v for k, v in group.get("vars", {}).items() if k.startswith(wanted)}
@@ -32,13 +32,13 @@ def digests(data: dict[str, Any]) -> dict[str, dict[str, str]]:
         found.setdefault(host, {}).update({k: v for k, v in variables.items() if k.startswith(wanted)})
     out: dict[str, dict[str, str]] = {}
     for host, values in found.items():
-        own = values.pop(HOST_VARIABLE)["__ansible_unsafe"]
+        own = values.pop(HOST_INPUTS)["__ansible_unsafe"]
         out[host] = {}
         for key, value in values.items():
             digest = value["__ansible_unsafe"]
             if digest.endswith(HOST_MARK):
                 digest = digest.removesuffix(HOST_MARK) + ":" + own
-            out[host][key[len(VARIABLE_PREFIX) :]] = digest
+            out[host][key[len(INPUTS_PREFIX) :]] = digest
     return out
 
 

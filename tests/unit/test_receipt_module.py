@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import AnsibleJson
-from file_module import load
+from file_module import collection_module, load
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -253,6 +253,7 @@ def test_values_given_outside_the_inventory_digest_are_inputs_too(host: Host) ->
 def test_secret_digests_are_keyed_and_leave_other_hosts_files_out(tmp_path: Path) -> None:
     """What a host is handed (and keeps in its receipts) of the controller's secrets: an HMAC under the controller's
     key, which no guess can be tested against, and nothing of the files another host owns."""
+    collection_module("plugins/module_utils/receipt_protocol.py")  # what the action plugin imports
     action = load("plugins/action/receipt.py")
     folder = tmp_path / "secrets"
     (folder / "monitoring-tls").mkdir(parents=True)
