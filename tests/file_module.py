@@ -4,12 +4,14 @@ test files), loaded as modules for the tests, once per session."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-NVIDIA_SMI = "plugins/module_utils/nvidia_smi.py"
+MODULE_UTILS = "plugins/module_utils"
+_RELATIVE_IMPORT = re.compile(r"^from \.(\w+) import", re.M)
 
 
 def load(path: str, name: str | None = None) -> ModuleType:
@@ -31,6 +33,9 @@ def collection_module(path: str) -> ModuleType:
     return load(path, "ansible_collections.gpuinfra.cluster." + path.removesuffix(".py").replace("/", "."))
 
 
-def nvidia_smi() -> ModuleType:
-    """The health parser the gpu_health module and the health program run on hosts."""
-    return load(NVIDIA_SMI, "gpuinfra_plugin_nvidia_smi")
+def module_util(name: str) -> ModuleType:
+    """plugins/module_utils/NAME.py under the name Ansible imports it by, after the module_utils it imports (their
+    relative imports find them loaded), as the gpu_health module and the health program import them."""
+    for needed in _RELATIVE_IMPORT.findall((ROOT / MODULE_UTILS / f"{name}.py").read_text()):
+        module_util(needed)
+    return collection_module(f"{MODULE_UTILS}/{name}.py")

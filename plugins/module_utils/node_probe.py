@@ -1,6 +1,6 @@
 # Copyright: gpuinfra maintainers
 # Apache License 2.0 (see LICENSE)
-"""Read a GPU node: run nvidia-smi, read the kernel log, modinfo and `dkms status`, and judge them (nvidia_smi.py).
+"""Read a GPU node: run nvidia-smi, read the kernel log, modinfo and `dkms status`, and judge them (verdict.py).
 
 The one copy of that I/O, shared by the `gpu_health` module (through Ansible's run_command) and the
 `gpuinfra-health` program (through subprocess). Callers hand in two functions, so this file needs neither:
@@ -17,19 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .nvidia_smi import (
-    Policy,
-    SmiError,
-    SmiReport,
-    assess,
-    dkms_problems,
-    first_line,
-    installed_kernels,
-    kernel_module_problems,
-    parse_dkms_status,
-    parse_smi_xml,
-    smi_failure,
-)
+from .dkms import dkms_problems, installed_kernels, kernel_module_problems, parse_dkms_status
+from .smi_report import SmiError, SmiReport, first_line, parse_smi_xml, smi_failure
+from .verdict import Policy, assess
 
 # Quoted: these aliases are evaluated at import, and hosts may run Python 3.9.
 Run = Callable[[Sequence[str]], "tuple[int, str, str]"]
@@ -273,7 +263,7 @@ def service_problems(run: Run, which: Which, unit: str) -> list[str]:
 
 
 def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_events: Sequence[Any]) -> dict[str, Any]:
-    """The node's verdict (nvidia_smi.assess) with what it was read from. `xid_events` come from the caller, which
+    """The node's verdict (verdict.assess) with what it was read from. `xid_events` come from the caller, which
     decides which part of the kernel log counts (since boot, or since its last check)."""
     report, smi_rc, node_problems = read_smi(run, which, options)
     pin = policy.driver_version

@@ -16,11 +16,8 @@ from ansible_collections.gpuinfra.cluster.plugins.module_utils.node_probe import
     read_dmesg,
     read_journal,
 )
-from ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi import (
-    Policy,
-    failure_message,
-    parse_xid_log,
-)
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.verdict import Policy, failure_message
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.xid_log import parse_xid_log
 
 DOCUMENTATION = r"""
 ---

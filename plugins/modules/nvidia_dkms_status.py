@@ -11,7 +11,7 @@ import shutil
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuinfra.cluster.plugins.module_utils.nvidia_smi import (
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.dkms import (
     DkmsEntry,
     installed_kernels,
     parse_dkms_status,

@@ -9,10 +9,8 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from file_module import nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,11 +33,6 @@ def gpu_listing() -> list[tuple[int, str, str]]:
         reason = (listing.stdout + listing.stderr).strip().splitlines()
         pytest.skip(f"nvidia-smi -L sees no GPU ({reason[0] if reason else f'exit code {listing.returncode}'})")
     return gpus
-
-
-@pytest.fixture(scope="session")
-def nv() -> ModuleType:
-    return nvidia_smi()
 
 
 @pytest.fixture(scope="session")

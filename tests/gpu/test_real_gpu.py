@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from file_module import module_util
+
+smi_report = module_util("smi_report")
+verdicts = module_util("verdict")
 
 pytestmark = pytest.mark.gpu
 
@@ -40,8 +43,8 @@ def _known(value: str) -> str | None:
     return None if value.strip().strip("[]") in {"N/A", "Not Supported", "Unknown Error"} else value.strip()
 
 
-def test_parser_lists_every_gpu(nv: ModuleType, smi_xml: str, gpu_listing: list[tuple[int, str, str]]) -> None:
-    report = nv.parse_smi_xml(smi_xml)
+def test_parser_lists_every_gpu(smi_xml: str, gpu_listing: list[tuple[int, str, str]]) -> None:
+    report = smi_report.parse_smi_xml(smi_xml)
     assert [(g.index, g.name, g.uuid) for g in report.gpus] == gpu_listing
     assert report.attached_gpus == len(gpu_listing)
     assert report.dtd and report.dtd.startswith("nvsmi_device")
@@ -49,14 +52,14 @@ def test_parser_lists_every_gpu(nv: ModuleType, smi_xml: str, gpu_listing: list[
     assert report.driver_version == driver[0]
 
 
-def test_parser_agrees_with_query_gpu(nv: ModuleType, smi_xml: str, gpu_listing: list[tuple[int, str, str]]) -> None:
+def test_parser_agrees_with_query_gpu(smi_xml: str, gpu_listing: list[tuple[int, str, str]]) -> None:
     out = smi(f"--query-gpu={','.join(QUERY)}", "--format=csv,noheader,nounits")
     assert out.returncode == 0, out.stderr
     rows = [dict(zip(QUERY, (c.strip() for c in line.split(",")), strict=True)) for line in out.stdout.splitlines()]
-    report = nv.parse_smi_xml(smi_xml)
+    report = smi_report.parse_smi_xml(smi_xml)
     for gpu, row in zip(report.gpus, rows, strict=True):
         assert (str(gpu.index), gpu.uuid) == (row["index"], row["uuid"])
-        assert nv.pci_key(gpu.pci_bus_id) == nv.pci_key(row["pci.bus_id"])
+        assert smi_report.pci_key(gpu.pci_bus_id) == smi_report.pci_key(row["pci.bus_id"])
         assert gpu.persistence_mode == row["persistence_mode"]
         if _known(row["temperature.gpu"]):
             assert gpu.temperature_c is not None
@@ -74,8 +77,8 @@ def test_parser_agrees_with_query_gpu(nv: ModuleType, smi_xml: str, gpu_listing:
             assert gpu.ecc_volatile_uncorrectable == int(row["ecc.errors.uncorrected.volatile.total"])
 
 
-def test_every_gpu_field_the_verdict_needs_is_read(nv: ModuleType, smi_xml: str) -> None:
-    report = nv.parse_smi_xml(smi_xml)
+def test_every_gpu_field_the_verdict_needs_is_read(smi_xml: str) -> None:
+    report = smi_report.parse_smi_xml(smi_xml)
     for gpu in report.gpus:
         missing = [
             name
@@ -83,7 +86,7 @@ def test_every_gpu_field_the_verdict_needs_is_read(nv: ModuleType, smi_xml: str)
             if getattr(gpu, name) is None
         ]
         assert missing == [], f"GPU {gpu.index}: nvidia-smi {report.driver_version} output not understood: {missing}"
-    verdict = nv.assess(report, nv.Policy(check_mig=False))
+    verdict = verdicts.assess(report, verdicts.Policy(check_mig=False))
     print(json.dumps(verdict, indent=2))  # the verdict of this machine, for the log
 
 

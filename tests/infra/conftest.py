@@ -17,11 +17,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from file_module import nvidia_smi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,8 +139,3 @@ def nvidia_gpus(host: Any) -> list[str]:
         'case "$(cat "$d/class")" in 0x0300*|0x0302*) echo "${d##*/}";; esac; done'
     )
     return [line for line in host.run(f"sh -c '{script}'").stdout.split() if line]
-
-
-@pytest.fixture(scope="module")
-def nv() -> ModuleType:
-    return nvidia_smi()

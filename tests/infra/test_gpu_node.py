@@ -8,10 +8,15 @@ reason, on hosts without one (containers, build machines).
 from __future__ import annotations
 
 import re
-from types import ModuleType
 from typing import Any
 
 import pytest
+from file_module import module_util
+
+dkms = module_util("dkms")
+smi_report = module_util("smi_report")
+verdicts = module_util("verdict")
+xid_log = module_util("xid_log")
 
 DEBIAN_FAMILY = ("debian", "ubuntu")
 
@@ -31,13 +36,13 @@ def _upstream(version: str) -> str:
     return version.split(":", 1)[-1].rsplit("-", 1)[0]
 
 
-def _pinned_packages(host: Any, nv: ModuleType, pin: str) -> list[str]:
+def _pinned_packages(host: Any, pin: str) -> list[str]:
     """Installed packages at the pinned driver version (the driver's own packages; Debian's companions differ)."""
     out = host.check_output("dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Status}\\n'")
     packages = []
     for line in out.splitlines():
         name, version, status = [*line.split("\t"), "", "", ""][:3]
-        if status == "installed" and nv.version_matches(_upstream(version), pin):
+        if status == "installed" and dkms.version_matches(_upstream(version), pin):
             packages.append(name)
     return sorted(packages)
 
@@ -54,17 +59,17 @@ def _need_gpu(nvidia_gpus: list[str], what: str) -> None:
         pytest.skip(f"no NVIDIA GPU on this host (none in /sys/bus/pci/devices): {what}")
 
 
-def test_dkms_installed_for_every_kernel(host: Any, expected: Any, nv: ModuleType) -> None:
+def test_dkms_installed_for_every_kernel(host: Any, expected: Any) -> None:
     pin = expected.need_pin()
     kernels = _installed_kernels(host)
     assert kernels, "no installed kernel found: no /boot/vmlinuz-*, and the running kernel has no /lib/modules"
     status = host.run("dkms status")
     assert status.rc == 0, f"dkms status failed: {status.stderr.strip()}"
-    problems = nv.dkms_problems(nv.parse_dkms_status(status.stdout), pin, kernels, expected.dkms_module)
+    problems = dkms.dkms_problems(dkms.parse_dkms_status(status.stdout), pin, kernels, expected.dkms_module)
     assert problems == [], "\n".join(problems)
 
 
-def test_kernel_module_is_the_pin(host: Any, expected: Any, nv: ModuleType, nvidia_gpus: list[str]) -> None:
+def test_kernel_module_is_the_pin(host: Any, expected: Any, nvidia_gpus: list[str]) -> None:
     pin = expected.need_pin()
     modinfo = host.run("modinfo -F version nvidia")
     if modinfo.rc != 0 and not nvidia_gpus:
@@ -75,10 +80,10 @@ def test_kernel_module_is_the_pin(host: Any, expected: Any, nv: ModuleType, nvid
         )
     assert modinfo.rc == 0, f"modinfo finds no nvidia module for the running kernel: {modinfo.stderr.strip()}"
     version = modinfo.stdout.strip()
-    assert nv.version_matches(version, pin), f"modinfo -F version nvidia is {version}, the pin is {pin}"
+    assert dkms.version_matches(version, pin), f"modinfo -F version nvidia is {version}, the pin is {pin}"
     loaded = host.file("/sys/module/nvidia/version")
     if loaded.exists:
-        assert nv.version_matches(loaded.content_string.strip(), pin), "the loaded nvidia module is not the pin"
+        assert dkms.version_matches(loaded.content_string.strip(), pin), "the loaded nvidia module is not the pin"
 
 
 def _unless_disabled(inventory_vars: dict[str, Any], variable: str, what: str) -> None:
@@ -101,23 +106,23 @@ def test_nouveau_blacklisted(host: Any, inventory_vars: dict[str, Any], nvidia_g
         assert not loaded, "nouveau is loaded"
 
 
-def test_driver_packages_held(host: Any, expected: Any, nv: ModuleType) -> None:
+def test_driver_packages_held(host: Any, expected: Any) -> None:
     _need_debian(host)
     pin = expected.need_pin()
-    packages = _pinned_packages(host, nv, pin)
+    packages = _pinned_packages(host, pin)
     assert packages, f"no installed package is at the pinned driver version {pin}"
     assert any("dkms" in name for name in packages), f"no DKMS package of the driver at {pin}: {packages}"
     held = set(host.check_output("apt-mark showhold").split())
     assert sorted(set(packages) - held) == [], "driver packages at the pin that are not held"
 
 
-def test_unattended_upgrades_leave_the_driver_alone(host: Any, expected: Any, nv: ModuleType) -> None:
+def test_unattended_upgrades_leave_the_driver_alone(host: Any, expected: Any) -> None:
     _need_debian(host)
     pin = expected.need_pin()
     dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
     patterns = re.findall(r'^Unattended-Upgrade::Package-Blacklist::\s+"([^"]*)";', dump, re.MULTILINE)
     assert patterns, "Unattended-Upgrade::Package-Blacklist is empty"
-    packages = _pinned_packages(host, nv, pin)
+    packages = _pinned_packages(host, pin)
     # unattended-upgrades matches each entry as a Python regular expression from the start of the package name.
     exposed = [name for name in packages if not any(re.match(p, name) for p in patterns)]
     assert exposed == [], f"unattended-upgrades may upgrade these driver packages (blacklist: {patterns})"
@@ -141,25 +146,25 @@ def test_nvidia_smi_lists_the_modelled_gpus(host: Any, expected: Any, nvidia_gpu
     assert len(gpus) == count, f"nvidia-smi -L lists {len(gpus)} GPU(s), the model expects {count}"
 
 
-def test_health_verdict(host: Any, expected: Any, nv: ModuleType, nvidia_gpus: list[str]) -> None:
+def test_health_verdict(host: Any, expected: Any, nvidia_gpus: list[str]) -> None:
     """The gpu_health module's own verdict, computed here from the node's nvidia-smi output and kernel log."""
     _need_gpu(nvidia_gpus, "nvidia-smi has nothing to report")
     smi = host.run("nvidia-smi -q -x")
     node_problems = []
     try:
-        report = nv.parse_smi_xml(smi.stdout)
-    except nv.SmiError:
+        report = smi_report.parse_smi_xml(smi.stdout)
+    except smi_report.SmiError:
         report = None
-        node_problems.append(nv.smi_failure(smi.rc, smi.stdout, smi.stderr))
+        node_problems.append(smi_report.smi_failure(smi.rc, smi.stdout, smi.stderr))
     log = host.run("journalctl -k -b --no-pager -q -o short-iso")
     if log.rc != 0:
         log = host.run("dmesg")
     assert log.rc == 0, "cannot read the kernel log (run with --sudo?)"
-    policy = nv.Policy(
+    policy = verdicts.Policy(
         expected_count=expected.gpu_count or None,
         driver_version=expected.pin,
         mig_layouts=expected.mig_layouts,
         **expected.policy,
     )
-    verdict = nv.assess(report, policy, nv.parse_xid_log(log.stdout), node_problems)
-    assert verdict["healthy"], nv.failure_message(verdict)
+    verdict = verdicts.assess(report, policy, xid_log.parse_xid_log(log.stdout), node_problems)
+    assert verdict["healthy"], verdicts.failure_message(verdict)

@@ -7,19 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from file_module import NVIDIA_SMI, collection_module, load
+from file_module import load, module_util
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 
 # The parsing lives in the collection's module_utils; the module imports it under its collection name.
-nv = collection_module(NVIDIA_SMI)
+dkms = module_util("dkms")
 mod = load("plugins/modules/nvidia_dkms_status.py", "nvidia_dkms_status")
 
 
 def parse(text: str) -> list[dict[str, str]]:
-    return [entry.__dict__ for entry in nv.parse_dkms_status(text)]
+    return [entry.__dict__ for entry in dkms.parse_dkms_status(text)]
 
 
 def _dkms(name: str) -> str:
@@ -51,7 +51,7 @@ def test_three_kernels_with_a_failed_build() -> None:
     """Captured (stdout of `dkms status`) in the kernel_gate scenario after the rt kernel's DKMS build failed, with
     the archive's 6.1, the 6.12 and the 6.12 rt kernel installed: no line for the rt kernel at all."""
     path = DATA / "dkms" / "debian12-dkms3-three-kernels-rt-failed.txt"
-    entries = nv.parse_dkms_status(path.read_text())
+    entries = dkms.parse_dkms_status(path.read_text())
     kernels = {e.kernel: e.state for e in entries}
     assert all(state == "installed" for state in kernels.values())
     assert not any(k.endswith("-rt-amd64") for k in kernels)
@@ -110,7 +110,7 @@ def test_kernel_order_matches_dpkg(a: str, b: str) -> None:
         pytest.skip("dpkg is not installed: the reference ordering is dpkg --compare-versions")
     lt = subprocess.run([dpkg, "--compare-versions", a, "lt", b], check=False).returncode == 0
     gt = subprocess.run([dpkg, "--compare-versions", a, "gt", b], check=False).returncode == 0
-    ours = nv.compare_versions(a, b)
+    ours = dkms.compare_versions(a, b)
     assert (ours < 0) == lt and (ours > 0) == gt
 
 
@@ -130,7 +130,7 @@ def test_installed_kernels_need_an_image(tmp_path: Path) -> None:
     boot, modules = _host(tmp_path, ["6.12.95+deb12-rt-amd64", "6.1.0-50-amd64", "6.12.95+deb12-amd64"], [])
     (modules / "6.1.0-99-amd64" / "build").mkdir(parents=True)  # headers without an image: not a kernel
     (boot / "vmlinuz-6.1.0-49-amd64.old").write_bytes(b"")
-    assert nv.installed_kernels(str(boot), str(modules)) == [
+    assert dkms.installed_kernels(str(boot), str(modules)) == [
         "6.1.0-50-amd64",
         "6.12.95+deb12-amd64",
         "6.12.95+deb12-rt-amd64",
@@ -139,7 +139,7 @@ def test_installed_kernels_need_an_image(tmp_path: Path) -> None:
 
 def test_next_boot_is_the_newest_without_a_bootloader(tmp_path: Path) -> None:
     boot, modules = _host(tmp_path, ["6.1.0-50-amd64", "6.12.95+deb12-amd64"], [])
-    kernels = nv.installed_kernels(str(boot), str(modules))
+    kernels = dkms.installed_kernels(str(boot), str(modules))
     assert mod.next_boot_kernel(None, str(boot), kernels) == ("6.12.95+deb12-amd64", "newest")
     assert mod.next_boot_kernel(None, str(tmp_path / "none"), []) == ("", "none")
 
@@ -171,7 +171,7 @@ def test_next_boot_from_grub(tmp_path: Path, cfg: str, grubenv: str, expected: s
     (boot / "grub" / "grub.cfg").write_text((DATA / "grub" / cfg).read_text())
     if grubenv:
         (boot / "grub" / "grubenv").write_text("# GRUB Environment Block\n" + grubenv)
-    kernels = nv.installed_kernels(str(boot), str(modules))
+    kernels = dkms.installed_kernels(str(boot), str(modules))
     release, source = mod.next_boot_kernel(None, str(boot), kernels)
     if expected is None:
         assert (release, source) == ("6.12.95+deb12-rt-amd64", "newest")
@@ -186,11 +186,11 @@ def test_kernel_report_names_state_headers_and_log(tmp_path: Path) -> None:
     tree = tmp_path / "dkms"
     (tree / "nvidia-current" / "535.261.03" / "build").mkdir(parents=True)
     (tree / "nvidia-current" / "535.261.03" / "build" / "make.log").write_text("error\n")
-    entries = nv.parse_dkms_status(
+    entries = dkms.parse_dkms_status(
         _dkms("debian12-dkms3-one-kernel.txt")
         + "nvidia-current/535.216.03, 6.12.95+deb12-rt-amd64, x86_64: installed\n"
     )
-    installed = nv.installed_kernels(str(boot), str(modules))
+    installed = dkms.installed_kernels(str(boot), str(modules))
     report = mod.kernel_report(
         installed, installed, "6.12.95+deb12-rt-amd64", entries, "nvidia-current", "535.261.03", str(modules), str(tree)
     )
@@ -206,7 +206,7 @@ def test_kernel_report_names_state_headers_and_log(tmp_path: Path) -> None:
 
 
 def test_branch_matches_any_version_of_it() -> None:
-    assert nv.version_matches("535.261.03", "535")
-    assert not nv.version_matches("550.54.15", "535")
-    assert nv.version_matches("550.54", "550.54")
-    assert not nv.version_matches("535.261.03", "535.216.03")
+    assert dkms.version_matches("535.261.03", "535")
+    assert not dkms.version_matches("550.54.15", "535")
+    assert dkms.version_matches("550.54", "550.54")
+    assert not dkms.version_matches("535.261.03", "535.216.03")

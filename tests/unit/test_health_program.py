@@ -368,7 +368,8 @@ def node(tmp_path: Path) -> Node:
     (tmp_path / "bin").mkdir()
     library = tmp_path / "lib" / "gpuinfra_node"
     library.mkdir(parents=True)
-    for name in ("nvidia_smi.py", "node_probe.py"):
+    files = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "vars" / "main.yml").read_text())
+    for name in files["__gpu_health_library_files"]:  # what the role installs beside the program
         (library / name).symlink_to(ROOT / "plugins" / "module_utils" / name)
     (tmp_path / "bin" / "scontrol").write_text(SCONTROL)
     (tmp_path / "bin" / "scontrol").chmod(0o755)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_nvidia_smi import DATA, nv
+from smi_data import DATA, smi_report
 
 from gpuinfra import catalog
 from gpuinfra.sandbox import answers
 
-RECORDED = nv.parse_smi_xml((DATA / "h100-recorded" / "nvidia-smi-q-x.xml").read_bytes()).gpus[0]
+RECORDED = smi_report.parse_smi_xml((DATA / "h100-recorded" / "nvidia-smi-q-x.xml").read_bytes()).gpus[0]
 # What an emulated GPU may tell apart from the recorded one: its identity and its slot.
 IDENTITY = {"index", "name", "uuid", "pci_bus_id", "pci_device_id", "minor_number"}
 
@@ -31,7 +31,7 @@ def _differences(gpu: object) -> set[str]:
 
 @pytest.mark.parametrize("state", list(answers.STATES))
 def test_each_state_is_the_recorded_gpu_as_an_l4_with_only_its_fault_changed(state: str) -> None:
-    report = nv.parse_smi_xml((answers.FOLDER / f"{state}.xml").read_bytes())
+    report = smi_report.parse_smi_xml((answers.FOLDER / f"{state}.xml").read_bytes())
     assert report.dtd == "nvsmi_device_v13.dtd"
     ids = [gpu.pci_device_id for gpu in report.gpus]
     spec = catalog.lookup("L4")

@@ -56,7 +56,9 @@ REASON_LENGTH = 120
 
 sys.path.insert(0, LIBRARY)
 from gpuinfra_node.node_probe import KernelLog, ProbeOptions, inspect, read_journal, read_log_file  # noqa: E402
-from gpuinfra_node.nvidia_smi import Policy, XidEvent, parse_xid_log, pci_key  # noqa: E402
+from gpuinfra_node.smi_report import pci_key  # noqa: E402
+from gpuinfra_node.verdict import Policy  # noqa: E402
+from gpuinfra_node.xid_log import XidEvent, parse_xid_log  # noqa: E402
 
 
 class Failure(Exception):
