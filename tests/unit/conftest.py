@@ -10,8 +10,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tool_guard
 
 ROOT = Path(__file__).resolve().parents[2]
+tool_guard.install()
+_TOOL_LOGS = Path(tempfile.mkdtemp(prefix="gpuinfra-tools-"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Record the tools each test starts, from its setup (which sets up a module's fixtures for its first test)."""
+    tool_guard.watch(_TOOL_LOGS / f"{abs(hash(item.nodeid))}.log")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Fail a test that started Ansible, a daemon or a system tool without the `tools` mark (tool_guard.py)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "teardown" or not report.passed or item.get_closest_marker("tools") is not None:
+        return
+    started = tool_guard.started()
+    if started:
+        report.outcome = "failed"
+        report.longrepr = f"started {sorted(started)}: mark the test or its module `tools` (scripts/check omits it)"
 
 
 @pytest.fixture

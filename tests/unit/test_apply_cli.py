@@ -113,6 +113,7 @@ def test_a_limit_that_matches_nothing_is_invalid(
     assert no_run == []
 
 
+@pytest.mark.tools
 def test_apply_then_reapply_json(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = cluster.parent / "out"
     code, doc = apply_json(capsys, str(cluster), "--yes", "--limit", "node*", "--detailed-exitcode")
@@ -143,11 +144,13 @@ def test_apply_then_reapply_json(cluster: Path, capsys: pytest.CaptureFixture[st
     assert all(stats["changed"] == 0 for stats in doc["hosts"].values())
 
 
+@pytest.mark.tools
 def test_changes_exit_0_without_detailed_exitcode(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = apply_json(capsys, str(cluster), "--yes", "--limit", "node1")
     assert code == exitcodes.OK and doc["status"] == "changed"
 
 
+@pytest.mark.tools
 def test_check_reports_pending_changes_and_changes_nothing(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = apply(capsys, str(cluster), "--check", "--diff", "--limit", "node*", "--detailed-exitcode")
     assert code == exitcodes.CHANGES_PENDING
@@ -158,6 +161,7 @@ def test_check_reports_pending_changes_and_changes_nothing(cluster: Path, capsys
     assert not list((cluster.parent / "out").iterdir())
 
 
+@pytest.mark.tools
 def test_unreachable_host_fails_with_its_name(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = apply_json(capsys, str(cluster), "--yes")
     assert code == exitcodes.FAILED
@@ -169,6 +173,7 @@ def test_unreachable_host_fails_with_its_name(cluster: Path, capsys: pytest.Capt
     assert doc["hosts"]["ops1"]["unreachable"] == 1 and doc["hosts"]["node1"]["changed"] == 1
 
 
+@pytest.mark.tools
 def test_plain_output_without_a_terminal(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = apply(capsys, str(cluster), "--yes")
     assert code == exitcodes.FAILED
@@ -183,6 +188,7 @@ def test_plain_output_without_a_terminal(cluster: Path, capsys: pytest.CaptureFi
     assert "PLAY RECAP" not in out and "TASK [" not in out
 
 
+@pytest.mark.tools
 def test_timeout_exits_4(
     cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -192,6 +198,7 @@ def test_timeout_exits_4(
     assert "Timed out after" in out.splitlines()[-1]
 
 
+@pytest.mark.tools
 def test_ctrl_c_cancels_with_exit_130(
     cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -39,6 +39,7 @@ def test_validate_json_lists_every_file(capsys: pytest.CaptureFixture[str]) -> N
     assert all({"file", "line", "col", "path", "message"} <= set(d) for d in errors)
 
 
+@pytest.mark.tools
 def test_user_mistakes_never_print_a_traceback(tmp_path: Path) -> None:
     """Run the installed entry point on every bad file: exit 3, no traceback."""
     for bad in sorted(BAD.glob("*.yml")):
@@ -59,6 +60,7 @@ def test_schema_is_a_json_schema_that_accepts_the_examples(capsys: pytest.Captur
         jsonschema.validate({"name": "x", "node_groups": {"a": {"hosts": "a1"}}, "bogus": 1}, schema)
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
 def test_inventory_matches_ansible_inventory(example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Our JSON equals what the real ansible-inventory prints for the same inventory written as YAML."""

@@ -79,6 +79,7 @@ def _probe_role(tmp: Path, role: str, template: str) -> Path:
     return tmp / "roles"
 
 
+@pytest.mark.tools
 def test_a_template_in_a_value_lands_literally_and_runs_nothing(tmp_path: Path) -> None:
     """A real ansible-playbook run renders the alertmanager template with a value holding a lookup: no command
     runs on the controller, the literal text lands in the file, and `plan` renders the same bytes."""
@@ -161,6 +162,7 @@ def test_hostile_files_are_answered_within_256_mib(name: str) -> None:
     assert done.stderr.startswith(f"{name}:"), done.stderr
 
 
+@pytest.mark.tools
 def test_nesting_deep_enough_to_crash_a_recursive_parser_is_refused(tmp_path: Path) -> None:
     """100,000 levels of `[` within the size limit: the C composer would overflow the C stack (a segfault, not an
     exception), so depth is checked on the parser's events first. In a process of its own, so a crash shows."""

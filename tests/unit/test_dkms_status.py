@@ -103,6 +103,7 @@ PAIRS = [
 ]
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize(("a", "b"), PAIRS)
 def test_kernel_order_matches_dpkg(a: str, b: str) -> None:
     dpkg = shutil.which("dpkg")

@@ -322,6 +322,7 @@ def _apt(tool: str) -> str:
     return path
 
 
+@pytest.mark.tools
 def test_apt_accepts_the_pin_file(tmp_path: Path) -> None:
     apt_cache = _apt("apt-cache")
     empty = tmp_path / "parts"
@@ -340,6 +341,7 @@ def test_apt_accepts_the_pin_file(tmp_path: Path) -> None:
     assert broken.returncode != 0 and "E:" in broken.stderr, "apt did not read the file"
 
 
+@pytest.mark.tools
 def test_apt_reads_the_unattended_upgrades_blacklist(tmp_path: Path) -> None:
     apt_config = _apt("apt-config")
     conf = tmp_path / "51gpuinfra-nvidia-driver"
@@ -360,6 +362,7 @@ def test_apt_reads_the_unattended_upgrades_blacklist(tmp_path: Path) -> None:
     assert subprocess.run([apt_config, "-c", str(conf), "dump"], capture_output=True, check=False).returncode != 0
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("unattended", [False, True])
 def test_apt_reads_the_kernel_updates_file(tmp_path: Path, unattended: bool) -> None:
     """Kernels stay out of unattended-upgrades unless allowed, and it never reboots a GPU node."""
@@ -567,6 +570,7 @@ def _index_targets(tmp_path: Path, name: str, text: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize(
     ("role", "template"),
     [

@@ -23,6 +23,8 @@ from gpuinfra.model import Cluster
 from gpuinfra.render.vars import health
 from gpuinfra.resolve import ResolvedCluster, resolve
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
 MODULE = ROOT / "plugins" / "modules" / "gpu_health.py"

@@ -46,6 +46,8 @@ from gpuinfra.render.vars import kubernetes as k8s_vars
 from gpuinfra.validate import chart_values
 from gpuinfra.validate.load import load_cluster
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 K8S_EXAMPLES = ["k8s-mig", "mig-mixed", "time-slicing"]
 # As for gpuinfra's own manifests (test_kubernetes_schemas.py): an older release, so that the release holds on older
 # clusters too; the schemas of its kinds have not changed since.

@@ -11,6 +11,8 @@ import io
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuinfra.cli.health import _print_table
 from gpuinfra.health_sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 from gpuinfra.run import RunOptions, run_playbook
@@ -25,6 +27,7 @@ def smi(tmp_path: Path, fixture: str) -> str:
     return str(tool)
 
 
+@pytest.mark.tools
 def test_sweep_gives_one_verdict_per_node(tmp_path: Path, run_root: Path) -> None:
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     gpu_nodes = {

@@ -29,6 +29,8 @@ from gpuinfra.limits import MAX_FILE_BYTES
 from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.validate.load import load_cluster
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_FILE = ROOT / "plugins" / "inventory" / "cluster.py"
 EXAMPLES = sorted((ROOT / "inventories").glob("*/cluster.yml"))

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from test_kubernetes_support import DATA, ROOT, loaded
 
 from gpuinfra import k8s_resources
@@ -87,6 +88,7 @@ def test_quotas_beyond_capacity_are_warnings_at_validate_time(tmp_path: Path) ->
     ]
 
 
+@pytest.mark.tools
 def test_validate_prints_the_warnings_with_their_place_and_succeeds(tmp_path: Path) -> None:
     cluster = tmp_path / "cluster.yml"
     cluster.write_text(OVER)

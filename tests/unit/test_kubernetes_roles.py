@@ -19,7 +19,10 @@ from test_kubernetes_support import ROOT, loaded, rendered, yaml_load, yaml_load
 
 from gpuinfra.render.inventory import group_vars
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the roles write root-owned files, as on a control host")
+pytestmark = [
+    pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+    pytest.mark.skipif(os.geteuid() != 0, reason="the roles write root-owned files, as on a control host"),
+]
 
 PLAYBOOK = """
 - name: Write the GPU Operator's, the tenants' and their queues' files without a cluster

@@ -30,6 +30,8 @@ from test_kubernetes_support import REFERENCE_ABSENT, ROOT, Chart, find_helm, lo
 from gpuinfra.model.kubernetes import Queues
 from gpuinfra.render.vars import kubernetes as k8s_vars
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 VERSION = Queues().chart_version
 ARCHIVE = ROOT.parent / "shared" / "reference" / "kueue" / f"kueue-v{VERSION}-chart-and-crds.tar.gz"
 ARCHIVE_SHA256 = "505d6dac8fe722cd61a88f915ea5822d5fafbb9c9c6300121664ba3ced9de353"  # its README

@@ -108,6 +108,7 @@ def _plan(cluster: Path, out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.tools
 def test_a_layout_that_cannot_pack_stops_plan_before_rendering(tmp_path: Path) -> None:
     # 3g + 3g + 1g fits the seven compute slices but not the eight memory slices (4 + 4 + 1).
     text = (DATA / "slurm-mig.yml").read_text()
@@ -122,6 +123,7 @@ def test_a_layout_that_cannot_pack_stops_plan_before_rendering(tmp_path: Path) -
     assert not (tmp_path / "plan").exists()
 
 
+@pytest.mark.tools
 def test_plan_writes_the_mig_files(tmp_path: Path) -> None:
     result = _plan(DATA / "slurm-mig.yml", tmp_path / "plan")
     assert result.returncode == 0, result.stderr
@@ -129,6 +131,7 @@ def test_plan_writes_the_mig_files(tmp_path: Path) -> None:
     assert written == (GOLDEN / "mig" / "slurm-mig" / "config.yaml").read_text()
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("name", ["y", "1e3", "0o17", "null"])
 def test_a_layout_name_stays_a_string_to_every_yaml_reader(tmp_path: Path, name: str) -> None:
     """Valid layout names that plain YAML reads as a boolean, a number or null (y and 1e3 to Go's YAML reader, which

@@ -28,6 +28,8 @@ from gpuinfra.render.plan import Rendered, render
 from gpuinfra.render.vars import monitoring
 from gpuinfra.validate.load import LoadedCluster, load_cluster
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "unit" / "golden" / "monitoring"
 DATA = ROOT / "tests" / "unit" / "data" / "promtool"

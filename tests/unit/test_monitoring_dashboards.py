@@ -19,6 +19,8 @@ from ruamel.yaml import YAML
 from test_monitoring import DASHBOARDS, PROMTOOL, dashboard_queries, needs_promtool
 from test_monitoring_rules import _promtool_test, dcgm, job_series, recorded
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 # What Grafana puts in place of its macros (a 2 h dashboard range), as Prometheus receives it.
 MACROS = {
     "__range": "2h",

@@ -19,7 +19,10 @@ from ruamel.yaml import YAML
 from test_monitoring import rendered, yaml_load
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)")
+pytestmark = [
+    pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+    pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)"),
+]
 
 DCGM = 'job="dcgm_exporter"'
 STATE_FILE = 'file="/var/lib/prometheus/node-exporter/gpuinfra_slurm.prom"'

@@ -22,6 +22,8 @@ import pytest
 from file_module import load
 from ruamel.yaml import YAML
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

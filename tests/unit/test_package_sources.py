@@ -33,6 +33,8 @@ from gpuinfra.model import Cluster
 from gpuinfra.render.vars import driver, monitoring, toolkit
 from gpuinfra.resolve import resolve
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 FACTS = {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "12",

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 COLLECTION_PARTS = ["galaxy.yml", "meta", "playbooks", "plugins", "roles"]

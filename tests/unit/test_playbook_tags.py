@@ -22,6 +22,8 @@ import pytest
 from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.validate.load import load_cluster
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "playbooks" / "site.yml"
 CLUSTER = ROOT / "inventories" / "sandbox" / "cluster.yml"

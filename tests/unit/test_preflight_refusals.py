@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_upgrade_dpkg_lock import hold
 
 from gpuinfra.run import Outcome, RunOptions, run_playbook
+
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 
 HALF_CONFIGURED = """\
 Package: gpuinfra-test-half

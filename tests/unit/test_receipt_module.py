@@ -15,6 +15,8 @@ import pytest
 from conftest import AnsibleJson
 from file_module import collection_module, load
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 INPUTS = "0123456789abcdef01234567"

@@ -154,6 +154,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.mark.tools
 def test_a_real_check_diff_run_reports_no_secret(home: Path, tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.mkdir()

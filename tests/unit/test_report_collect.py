@@ -20,6 +20,7 @@ PLAYBOOKS = Path(__file__).parent / "data" / "playbooks"
 SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"
 
 
+@pytest.mark.tools
 def test_set_stats_data_comes_back_as_artifacts_without_templating(run_root: Path) -> None:
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {"all": {"hosts": {"n1": local}}}

@@ -44,9 +44,12 @@ from gpuinfra.run import RunOptions, run_playbook
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool are missing (Debian package prometheus)"
-)
+pytestmark = [
+    pytest.mark.tools,  # runs Prometheus, promtool and Ansible (tests/unit/tool_guard.py)
+    pytest.mark.skipif(
+        PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool are missing (Debian package prometheus)"
+    ),
+]
 
 T0 = 1714521600  # 2024-05-01T00:00:00Z: the samples' time, far enough back to be plain history
 SCRAPE_S = 30

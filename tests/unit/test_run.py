@@ -18,6 +18,8 @@ from test_upgrade_timeout import left_behind
 from gpuinfra.progress import RunProgress, Update
 from gpuinfra.run import Outcome, RunError, RunOptions, run_playbook, target_hosts
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 PLAYBOOKS = Path(__file__).parent / "data" / "playbooks"
 
 

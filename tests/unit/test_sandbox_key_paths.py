@@ -139,6 +139,7 @@ def test_the_state_folder_and_the_folders_made_on_the_way_are_private(home: Path
     assert stat.S_IMODE((home / ".local").stat().st_mode) == 0o755  # already there: left alone
 
 
+@pytest.mark.tools
 def test_a_collection_build_leaves_state_secrets_and_key_files_out(tmp_path: Path) -> None:
     """ansible-lint and Molecule build this repository as a collection and install it under .ansible/ with files
     made world-readable: galaxy.yml's build_ignore keeps every private file out of that build."""

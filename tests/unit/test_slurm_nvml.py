@@ -9,7 +9,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuinfra.run import Outcome, RunOptions, run_playbook
+
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 

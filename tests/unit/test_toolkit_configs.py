@@ -29,6 +29,8 @@ from gpuinfra.model import Cluster
 from gpuinfra.render.vars import toolkit
 from gpuinfra.resolve import resolve
 
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "nvidia_container_toolkit"
 NOBODY = 65534

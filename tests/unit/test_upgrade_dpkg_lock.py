@@ -22,7 +22,10 @@ from gpuinfra.run import Outcome, RunOptions, run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(shutil.which("lslocks") is None, reason="lslocks (util-linux) is not installed")
+pytestmark = [
+    pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
+    pytest.mark.skipif(shutil.which("lslocks") is None, reason="lslocks (util-linux) is not installed"),
+]
 
 HOLDER = """
 import fcntl, sys, time

@@ -280,6 +280,7 @@ def test_the_playbooks_run_the_rescue_on_every_phase() -> None:
         assert pipeline["rescue"][0]["tags"] == ["always"]
 
 
+@pytest.mark.tools
 def test_a_node_given_up_on_is_reported_skipped_from_the_runs_own_data(tmp_path: Path) -> None:
     """The rescue (playbooks/tasks/upgrade-failed.yml) run for real on a local host: when the drain gave up, the run
     publishes the outcome with set_stats, and the controller reads it from there, not from a task name."""

@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from gpuinfra.upgrade.executor import AnsibleExecutor
 from gpuinfra.validate.load import load_cluster
+
+pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 
 PLAYBOOK = Path(__file__).parent / "data" / "playbooks" / "hung_phase.yml"
 ROOT = Path(__file__).resolve().parents[2]
