@@ -116,6 +116,11 @@ def compare_versions(a: str, b: str) -> int:
 version_key = functools.cmp_to_key(compare_versions)
 
 
+# Files beside the images that are not kernels: backups, and dpkg's own while it unpacks a kernel package
+# (vmlinuz-RELEASE.dpkg-new until the package is configured).
+NOT_A_KERNEL = (".old", ".bak", ".dpkg-new", ".dpkg-tmp", ".dpkg-old", ".dpkg-dist", ".dpkg-bak")
+
+
 def installed_kernels(boot_dir: str = "/boot", modules_dir: str = "/lib/modules", running: str = "") -> list[str]:
     """Kernel releases installed on this root file system, oldest first: an image in /boot (vmlinuz-RELEASE, the
     way GRUB's generator finds them) or in the release's modules folder; and `running` where its modules folder
@@ -123,7 +128,7 @@ def installed_kernels(boot_dir: str = "/boot", modules_dir: str = "/lib/modules"
     releases = set()
     for path in glob.glob(os.path.join(boot_dir, "vmlinuz-*")):
         release = os.path.basename(path)[len("vmlinuz-") :]
-        if release and not release.endswith((".old", ".bak")) and "rescue" not in release:
+        if release and not release.endswith(NOT_A_KERNEL) and "rescue" not in release:
             releases.add(release)
     for path in glob.glob(os.path.join(modules_dir, "*", "vmlinuz")):
         releases.add(os.path.basename(os.path.dirname(path)))

@@ -131,6 +131,7 @@ def test_installed_kernels_need_an_image(tmp_path: Path) -> None:
     boot, modules = _host(tmp_path, ["6.12.95+deb12-rt-amd64", "6.1.0-50-amd64", "6.12.95+deb12-amd64"], [])
     (modules / "6.1.0-99-amd64" / "build").mkdir(parents=True)  # headers without an image: not a kernel
     (boot / "vmlinuz-6.1.0-49-amd64.old").write_bytes(b"")
+    (boot / "vmlinuz-6.12.96+deb12-amd64.dpkg-new").write_bytes(b"")  # dpkg unpacking a kernel package
     assert dkms.installed_kernels(str(boot), str(modules)) == [
         "6.1.0-50-amd64",
         "6.12.95+deb12-amd64",
