@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,7 @@ import tool_guard
 ROOT = Path(__file__).resolve().parents[2]
 tool_guard.install()
 _TOOL_LOGS = Path(tempfile.mkdtemp(prefix="gpuinfra-tools-"))
+atexit.register(shutil.rmtree, _TOOL_LOGS, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)
