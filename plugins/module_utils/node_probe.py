@@ -223,7 +223,6 @@ def lock_holder(paths: Sequence[str]) -> str | None:
 
 def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
     """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
-    kernels = kernels_to_check(options)
     kept = options.dkms_verdict
     if kept is not None:
         holder = lock_holder(options.package_locks)
@@ -231,15 +230,14 @@ def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple
             kept["deferred"] = f"DKMS not judged while the package manager runs ({holder}): the last judgement stands"
             return list(kept.get("kernels", [])), [], list(kept.get("problems", []))
         kept.clear()
-    kernels, entries, problems = _judge_dkms(run, which, pin, kernels, options)
+    kernels, entries, problems = _judge_dkms(run, which, pin, options)
     if kept is not None:
         kept.update(kernels=kernels, problems=problems)
     return kernels, entries, problems
 
 
-def _judge_dkms(
-    run: Run, which: Which, pin: str, kernels: list[str], options: ProbeOptions
-) -> tuple[list[str], list[Any], list[str]]:
+def _judge_dkms(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
+    kernels = kernels_to_check(options)
     dkms = which("dkms")
     if not kernels:
         return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"]

@@ -414,6 +414,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
     sticky = [e for e in (state.get("sticky", []) if same_boot else []) if e["xid"] not in policy.allowed_xids]
     sticky += [e for e in new if e["xid"] in STICKY_XIDS and e not in sticky]
     failing = sticky + [e for e in new if e["xid"] not in STICKY_XIDS]
+    dkms_verdict = dict(state.get("dkms_verdict", {}))
     options = ProbeOptions(
         nvidia_smi=config.get("nvidia_smi", "nvidia-smi"),
         timeout=int(config.get("timeout", 30)),
@@ -421,7 +422,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         check_dkms=bool(config.get("check_dkms", True)),
         dkms_module=config.get("dkms_module") or None,
         module_cache=dict(state.get("module_cache", {})),
-        dkms_verdict=dict(state.get("dkms_verdict", {})),
+        dkms_verdict=dkms_verdict,
     )
     verdict = inspect(run, shutil.which, policy, options, [XidEvent(**e) for e in failing])
     if log.text is None:
@@ -429,7 +430,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         verdict["problems"].append(f"node: cannot read the kernel log, XIDs are unchecked ({log.source})")
         verdict["healthy"] = False
     verdict["kernel_log_source"] = log.source
-    verdict["dkms_deferred"] = options.dkms_verdict.get("deferred", "") if options.dkms_verdict is not None else ""
+    verdict["dkms_deferred"] = dkms_verdict.get("deferred", "")
     gpu_index = dict(state.get("gpu_index", {}) if same_boot else {})
     gpu_index.update({pci_key(g["pci_bus_id"]) or "": g["index"] for g in verdict["gpus"]})
     new_state = {
@@ -438,7 +439,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         "sticky": sticky,
         "gpu_index": gpu_index,
         "module_cache": options.module_cache,
-        "dkms_verdict": options.dkms_verdict,
+        "dkms_verdict": dkms_verdict,
     }
     return verdict, new_state, failing
 
