@@ -37,6 +37,15 @@ class GpuinfraError(Exception):
     """Base of the errors the library raises for a user to read."""
 
 
+class Refused(GpuinfraError):
+    """A request that cannot be carried out as asked (a limit that matches no node, a cluster without what the
+    request reads): nothing was run."""
+
+
+class Cancelled(GpuinfraError):
+    """The work was interrupted (Ctrl-C, SIGTERM) before it finished."""
+
+
 class InvalidInput(GpuinfraError):
     """The input file is invalid; carries every diagnostic found, errors and warnings."""
 

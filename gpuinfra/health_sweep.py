@@ -1,4 +1,5 @@
-"""A health sweep: every GPU node judged by the gpu_health module (playbooks/health.yml), one verdict per node.
+"""A health sweep: every GPU node judged by the gpu_health module (playbooks/health.yml), one verdict per node, and
+the unhealthy Slurm nodes drained on request (playbooks/drain.yml), their running jobs left to finish.
 
 The module fails an unhealthy node and returns its `problems`, each prefixed with its GPU or with `node:`; a node
 it passes has no failure. The verdict is read from that structured return, never from the failure's message.
@@ -6,11 +7,13 @@ it passes has no failure. The verdict is read from that structured return, never
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .run import RunResult
+from .errors import Cancelled, Refused
+from .run import OnUpdate, Outcome, RunOptions, RunResult, cluster_inventory, one_line, run_playbook, target_hosts
+from .validate.load import LoadedCluster
 
 HEALTH_PLAYBOOK = "health.yml"
 DRAIN_PLAYBOOK = "drain.yml"
@@ -57,3 +60,81 @@ def verdicts(result: RunResult, nodes: Sequence[str], emulated: Collection[str] 
         else:
             out.append(NodeHealth(node, "not run", ["the health check did not run on this node"]))
     return out
+
+
+@dataclass(frozen=True)
+class Sweep:
+    nodes: list[NodeHealth]
+    drained: dict[str, str] = field(default_factory=dict)
+    """Node -> the reason it was drained with."""
+    drain_errors: dict[str, str] = field(default_factory=dict)
+    """Node -> why it could not be drained."""
+    errors: list[str] = field(default_factory=list)
+    """Ansible's own errors during the sweep."""
+
+    @property
+    def healthy(self) -> bool:
+        return all(h.status in ("healthy", "emulated") for h in self.nodes)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for h in self.nodes if h.status == status)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": "healthy" if self.healthy else "unhealthy",
+            "nodes": [h.as_dict() for h in self.nodes],
+            "counts": {s: self.count(s) for s in sorted({h.status for h in self.nodes})},
+            "drained": self.drained,
+            "drain_errors": self.drain_errors,
+            "errors": self.errors,
+        }
+
+
+def sweep(
+    loaded: LoadedCluster,
+    limit: str | None = None,
+    drain_unhealthy: bool = False,
+    extra_vars: Mapping[str, Any] | None = None,
+    on_update: OnUpdate | None = None,
+) -> Sweep:
+    """Judge the cluster's GPU nodes (those `limit` matches); with `drain_unhealthy`, drain the unhealthy Slurm
+    nodes with their first problem as the reason. Raises Refused when no GPU node matches, RunError when the run
+    could not start, Cancelled when it was interrupted."""
+    extra = dict(extra_vars or {})
+    inventory = cluster_inventory(loaded)
+    nodes = target_hosts(inventory, "gpu_nodes")
+    if limit:
+        limited = set(target_hosts(inventory, limit))
+        nodes = [node for node in nodes if node in limited]
+    if not nodes:
+        raise Refused(f"no GPU node in cluster {loaded.model.name!r} matches")
+    options = RunOptions(playbook=HEALTH_PLAYBOOK, limit=",".join(nodes), extra_vars=extra)
+    result = run_playbook(inventory, options, hosts=nodes, on_update=on_update)
+    if result.outcome is Outcome.CANCELLED:
+        raise Cancelled("interrupted")
+    emulated = {h.name for h in loaded.resolved.hosts.values() if h.gpu_emulated}
+    found = Sweep(verdicts(result, nodes, emulated), errors=result.errors)
+    if drain_unhealthy:
+        slurm_nodes = set(target_hosts(inventory, "slurm_compute"))
+        for health in found.nodes:
+            if health.status == "unhealthy" and health.node in slurm_nodes:
+                error = _drain(inventory, health, extra)
+                if error:
+                    found.drain_errors[health.node] = error
+                else:
+                    found.drained[health.node] = health.drain_reason
+    return found
+
+
+def _drain(inventory: dict[str, Any], health: NodeHealth, extra: dict[str, Any]) -> str | None:
+    """Drain one node in Slurm without waiting for its jobs; None when done, else why not."""
+    options = RunOptions(
+        playbook=DRAIN_PLAYBOOK,
+        limit=health.node,
+        extra_vars={**extra, "node_drain_reason": health.drain_reason, "node_drain_wait": False},
+    )
+    result = run_playbook(inventory, options, hosts=[health.node])
+    if result.outcome in (Outcome.OK, Outcome.CHANGED):
+        return None
+    failures = [f.message for f in result.failures] or result.errors or [f"runner status {result.status}"]
+    return one_line(failures[-1])

@@ -49,6 +49,10 @@ INVENTORY_SOURCE = Path("inventory") / "gpuinfra.yml"
 _POLL_SECONDS = 0.2
 
 
+# Called with each event's update and the run's progress so far, for a live display.
+OnUpdate = Callable[[Update, RunProgress], None]
+
+
 class RunError(GpuinfraError):
     """A run that could not be started: missing playbook, unusable inventory or limit."""
 
@@ -328,7 +332,7 @@ def run_playbook(
     options: RunOptions | None = None,
     *,
     hosts: list[str] | None = None,
-    on_update: Callable[[Update, RunProgress], None] | None = None,
+    on_update: OnUpdate | None = None,
     cancel: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run one playbook and return what happened.

@@ -1,17 +1,13 @@
-"""What several verbs share: loading a cluster file with its diagnostics printed, --extra-vars, and JSON output."""
+"""The arguments several verbs share: the cluster file's default, --json and --extra-vars."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-
-from ..errors import Diagnostic, InvalidInput
-from ..validate.load import LoadedCluster, load_cluster
 
 DEFAULT_CLUSTER = "inventories/sandbox/cluster.yml"
 
@@ -49,30 +45,3 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
                     raise ValueError(f"{pair!r}: extra vars are key=value, JSON or @file")
                 out[key] = value
     return out
-
-
-def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
-
-
-def print_diagnostics(diagnostics: list[Diagnostic]) -> None:
-    for diagnostic in diagnostics:
-        print(diagnostic, file=sys.stderr)
-
-
-def load_or_report(path: str, as_json: bool) -> LoadedCluster | None:
-    """Load and print warnings; on invalid input print every diagnostic and return None."""
-    try:
-        loaded = load_cluster(path)
-    except InvalidInput as exc:
-        if as_json:
-            print_json({"valid": False, "diagnostics": [d.as_dict() for d in exc.diagnostics]})
-        else:
-            print_diagnostics(exc.diagnostics)
-            count = len(exc.errors)
-            print(f"{path}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
-        return None
-    if not as_json:
-        print_diagnostics(loaded.warnings)
-    return loaded

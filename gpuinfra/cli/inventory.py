@@ -7,7 +7,8 @@ from typing import Any
 
 from ..render.inventory import inventory_list
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, load_or_report, print_json
+from .common import DEFAULT_CLUSTER
+from .output import Output, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -18,7 +19,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_or_report(args.file, as_json=args.json)
+    loaded = Output("inventory", args.json, args.file).load()
     if loaded is None:
         return exitcodes.INVALID_INPUT
     print_json(inventory_list(loaded.resolved))

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..render.plan import Rendered, RenderError, render
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, add_json, load_or_report, print_json
+from .common import DEFAULT_CLUSTER, add_json
+from .output import Output, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -30,14 +30,14 @@ def register(subparsers: Any) -> None:
 
 def _render(path: str, as_json: bool) -> list[Rendered] | int:
     """The artifacts of one cluster file, or the exit code of the error already reported."""
-    loaded = load_or_report(path, as_json)
+    output = Output("plan", as_json, path)
+    loaded = output.load()
     if loaded is None:
         return exitcodes.INVALID_INPUT
     try:
         return render(loaded.resolved)
     except RenderError as exc:
-        print(f"gpuinfra plan: {exc}", file=sys.stderr)
-        return exitcodes.FAILED
+        return output.fail(str(exc))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,21 +16,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from ..model.grammar import duration_seconds
-from ..model.monitoring import Monitoring
-from ..report import render
-from ..report.collect import Cancelled, ReportError, collect
-from ..report.idle import IdleRule, idle_gpus, idle_report
-from ..report.prometheus import PrometheusError, idle_query, matrix_series, matrix_totals, usage_queries
-from ..report.sacct import ParseError, parse_sacct
-from ..report.squeue import parse_squeue
-from ..report.usage import job_metrics, usage_report
-from ..report.window import window
+from ..errors import Cancelled, Refused
+from ..report import render, reports
+from ..report.collect import ReportError
+from ..report.idle import IdleReport
+from ..report.usage import UsageReport
 from ..validate.load import LoadedCluster
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, add_extra_vars, load_or_report, parse_extra_vars, print_json
+from .common import DEFAULT_CLUSTER, add_extra_vars
+from .output import Output
 
 
 def register(subparsers: Any) -> None:
@@ -58,120 +55,45 @@ def _common(parser: argparse.ArgumentParser) -> None:
     formats.add_argument("--csv", action="store_true", help="print CSV on stdout")
 
 
-def _fail(args: argparse.Namespace, code: int, message: str) -> int:
-    print(f"gpuinfra report {args.report}: {message}", file=sys.stderr)
-    if args.json:
-        print_json(
-            {"status": "failed" if code == exitcodes.FAILED else "invalid", "errors": [message], "exit_code": code}
-        )
-    return code
-
-
-def _prepare(args: argparse.Namespace) -> tuple[LoadedCluster, dict[str, Any]] | int:
-    loaded = load_or_report(args.file, args.json)
-    if loaded is None:
-        return exitcodes.INVALID_INPUT
-    try:
-        extra = parse_extra_vars(args.extra_vars)
-    except (OSError, ValueError) as exc:
-        return _fail(args, exitcodes.INVALID_INPUT, f"--extra-vars: {exc}")
-    if loaded.model.slurm is None:
-        return _fail(
-            args,
-            exitcodes.INVALID_INPUT,
-            f"cluster {loaded.model.name!r} has no Slurm (slurm:), which this report reads",
-        )
-    return loaded, extra
-
-
-def metrics_missing(monitoring: Monitoring) -> str | None:
-    """Why the cluster has no per-job GPU metrics (`monitoring.components has no ...`), or None when it collects
-    them: Prometheus, and the DCGM exporter whose job mapping labels each allocated GPU."""
-    missing = [c for c in ("prometheus", "dcgm_exporter") if c not in monitoring.components]
-    return f"monitoring.components has no {' and no '.join(missing)}" if missing else None
-
-
 def run_usage(args: argparse.Namespace) -> int:
-    prepared = _prepare(args)
-    if isinstance(prepared, int):
-        return prepared
-    loaded, extra = prepared
-    try:
-        span = window(args.since, args.until, int(time.time()))
-    except ValueError as exc:
-        return _fail(args, exitcodes.INVALID_INPUT, str(exc))
-    missing = metrics_missing(loaded.model.monitoring)
-    not_collected = f"not collected ({missing})" if missing else None
-    queries = usage_queries(span) if missing is None else []
-    try:
-        collected = collect(loaded, "sacct", queries, span, extra)
-        records = parse_sacct(collected.slurm or "")
-    except Cancelled:
-        return _fail(args, exitcodes.CANCELLED, "interrupted")
-    except (ReportError, ParseError) as exc:
-        return _fail(args, exitcodes.FAILED, str(exc))
+    def make(loaded: LoadedCluster, extra: dict[str, Any]) -> UsageReport:
+        return reports.usage(loaded, args.since, args.until, int(time.time()), extra)
 
-    errors = [answer.error for answer in collected.answers if answer.error]
-    metrics = None
-    if queries and not errors:
-        try:
-            metrics = job_metrics({a.query.name: matrix_totals(a.body) for a in collected.answers})
-        except PrometheusError as exc:
-            errors.append(f"Prometheus: {exc}")
-    if errors:
-        not_collected = "n/a (the Prometheus query failed)"
-    report = usage_report(records, span, metrics, not_collected, errors)
-    code = exitcodes.FAILED if errors else exitcodes.OK
-    if args.json:
-        print_json({**report.as_dict(), "exit_code": code})
-    elif args.csv:
-        sys.stdout.write(render.usage_csv(report))
-    else:
-        sys.stdout.write(render.usage_table(report))
-    for error in errors if args.csv or args.json else []:
-        print(f"gpuinfra report usage: {error}", file=sys.stderr)
-    return code
+    return _report(args, make, render.usage_table, render.usage_csv)
 
 
 def run_idle(args: argparse.Namespace) -> int:
-    prepared = _prepare(args)
-    if isinstance(prepared, int):
-        return prepared
-    loaded, extra = prepared
-    monitoring = loaded.model.monitoring
-    missing = metrics_missing(monitoring)
-    if missing is not None:
-        return _fail(
-            args,
-            exitcodes.INVALID_INPUT,
-            f"cluster {loaded.model.name!r} does not collect GPU utilisation per job ({missing})",
-        )
-    alerts = monitoring.alerts
-    rule = IdleRule(
-        float(alerts.idle_util_pct), duration_seconds(alerts.idle_for), duration_seconds(monitoring.scrape_interval)
-    )
-    end = int(time.time())
-    start = end - rule.lookback_s()
-    query = idle_query(end, rule.lookback_s(), rule.query_step_s())
+    def make(loaded: LoadedCluster, extra: dict[str, Any]) -> IdleReport:
+        return reports.idle(loaded, int(time.time()), extra)
+
+    return _report(args, make, render.idle_table, render.idle_csv)
+
+
+def _report[R: (UsageReport, IdleReport)](
+    args: argparse.Namespace,
+    make: Callable[[LoadedCluster, dict[str, Any]], R],
+    table: Callable[[R], str],
+    csv: Callable[[R], str],
+) -> int:
+    output = Output(f"report {args.report}", args.json, args.file)
+    loaded = output.load()
+    extra = output.extra_vars(args.extra_vars) if loaded is not None else None
+    if loaded is None or extra is None:
+        return exitcodes.INVALID_INPUT
     try:
-        collected = collect(loaded, "squeue", [query], extra_vars=extra)
-        running = parse_squeue(collected.slurm or "")
-    except Cancelled:
-        return _fail(args, exitcodes.CANCELLED, "interrupted")
-    except (ReportError, ParseError) as exc:
-        return _fail(args, exitcodes.FAILED, str(exc))
-    [answer] = collected.answers
-    if answer.error:
-        return _fail(args, exitcodes.FAILED, answer.error)
-    try:
-        series = matrix_series(answer.body)
-    except PrometheusError as exc:
-        return _fail(args, exitcodes.FAILED, f"Prometheus: {exc}")
-    report = idle_report(rule, idle_gpus(series, rule, start, end), running)
-    if args.json:
-        print_json({**report.as_dict(), "exit_code": exitcodes.OK})
-    elif args.csv:
-        sys.stdout.write(render.idle_csv(report))
-    else:
-        sys.stdout.write(render.idle_table(report))
-    return exitcodes.OK
+        report = make(loaded, extra)
+    except Refused as exc:
+        return output.refuse(str(exc))
+    except Cancelled as exc:
+        return output.fail(str(exc), exitcodes.CANCELLED)
+    except ReportError as exc:
+        return output.fail(str(exc))
+    if args.csv:
+        sys.stdout.write(csv(report))
+    elif not args.json:
+        sys.stdout.write(table(report))
+    # A failed utilisation query: the table says so; CSV and JSON readers see it on stderr as well.
+    errors: list[str] = report.errors if isinstance(report, UsageReport) else []
+    for error in errors if args.csv or args.json else []:
+        print(f"gpuinfra report {args.report}: {error}", file=sys.stderr)
+    return output.finish(report.as_dict(), exitcodes.FAILED if errors else exitcodes.OK)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from .. import sandbox
 from ..errors import GpuinfraError, InvalidInput
 from . import exitcodes
-from .common import DEFAULT_CLUSTER, add_json, print_diagnostics, print_json
+from .common import DEFAULT_CLUSTER, add_json
+from .output import Output
 
 IMAGE_ENV = "GPUINFRA_NODE_IMAGE"
 
@@ -71,6 +71,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output = Output(f"sandbox {args.action}", args.json)
     try:
         if args.action == "up":
             if args.gpu_nodes is not None:
@@ -81,14 +82,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             result = sandbox.status(args.file, args.image)
     except InvalidInput as exc:
-        return _failed(args, exitcodes.INVALID_INPUT, str(exc), exc)
+        output.file = args.file
+        return output.invalid(exc)
     except (sandbox.MissingTools, sandbox.SandboxConfigError) as exc:
-        return _failed(args, exitcodes.INVALID_INPUT, str(exc))
+        return output.refuse(str(exc))
     except GpuinfraError as exc:
-        return _failed(args, exitcodes.FAILED, str(exc))
+        return output.fail(str(exc))
     if args.json:
-        print_json({"status": "ok", "exit_code": exitcodes.OK, **result.as_dict()})
-        return exitcodes.OK
+        return output.finish({"status": "ok", **result.as_dict()}, exitcodes.OK)
     for change in result.changes:
         print(f"  {change}")
     _print_hosts(result)
@@ -101,16 +102,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_image(args: argparse.Namespace) -> int:
+    output = Output("sandbox image", args.json)
     try:
         platform = sandbox.PLATFORMS[args.os]
         built = sandbox.ensure_image(args.image or platform.image, suite=platform.suite)
     except sandbox.MissingTools as exc:
-        return _failed(args, exitcodes.INVALID_INPUT, str(exc))
+        return output.refuse(str(exc))
     except GpuinfraError as exc:
-        return _failed(args, exitcodes.FAILED, str(exc))
+        return output.fail(str(exc))
     if args.json:
-        print_json({"status": "ok", "exit_code": exitcodes.OK, **built.as_dict()})
-    elif built.built:
+        return output.finish({"status": "ok", **built.as_dict()}, exitcodes.OK)
+    if built.built:
         print(f"built {built.name} in {built.seconds:.0f} s")
     else:
         print(f"{built.name} is present; reusing it")
@@ -123,18 +125,3 @@ def _print_hosts(result: sandbox.SandboxResult) -> None:
     for host in result.hosts:
         gpus = f"{host.gpus} fake GPUs" if host.gpus else "no GPUs"
         print(f"  {host.host:<12} {host.address:<15} {host.state:<8} {gpus:<12} {host.container}")
-
-
-def _failed(args: argparse.Namespace, code: int, message: str, invalid: InvalidInput | None = None) -> int:
-    if args.json:
-        doc: dict[str, Any] = {"status": "invalid" if code == exitcodes.INVALID_INPUT else "failed", "exit_code": code}
-        if invalid is not None:
-            doc["diagnostics"] = [d.as_dict() for d in invalid.diagnostics]
-        else:
-            doc["errors"] = [message]
-        print_json(doc)
-    elif invalid is not None:
-        print_diagnostics(invalid.diagnostics)
-    else:
-        print(f"gpuinfra sandbox {args.action}: {message}", file=sys.stderr)
-    return code

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..schema import cluster_schema
 from . import exitcodes
-from .common import print_json
+from .output import print_json
 
 
 def register(subparsers: Any) -> None:

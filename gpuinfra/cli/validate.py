@@ -9,7 +9,8 @@ from typing import Any
 from ..errors import InvalidInput
 from ..validate.load import is_mig_parted, load_cluster, load_mig_parted
 from . import exitcodes
-from .common import add_json, print_diagnostics, print_json
+from .common import add_json
+from .output import print_diagnostics, print_json
 
 
 def register(subparsers: Any) -> None:

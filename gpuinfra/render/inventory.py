@@ -129,13 +129,16 @@ def node_group_inventory_name(name: str) -> str:
     return NODE_GROUP_PREFIX + name.replace("-", "_")
 
 
-def split_host_vars(rc: ResolvedCluster) -> tuple[dict[str, tuple[list[str], dict[str, Any]]], dict[str, Any]]:
+def split_host_vars(
+    rc: ResolvedCluster, cluster_vars: dict[str, Any]
+) -> tuple[dict[str, tuple[list[str], dict[str, Any]]], dict[str, Any]]:
     """Each host's variables, those its whole node group shares moved to the node group's inventory group.
 
     Returns (inventory group -> (hosts, shared variables), host -> its own variables). Nearly every host variable
     comes from the node group, so a host keeps little more than `ansible_host`: Ansible then loads a 10,000-host
     inventory several times faster (it copies and tags every value of the file). Node groups whose names meet in
-    one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable."""
+    one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable. `cluster_vars` are the `all`
+    group's (group_vars), which the receipts' digests cover too."""
     own = {name: host_vars(host) for name, host in rc.hosts.items()}
     members: dict[str, list[str]] = {}
     for name, resolved in rc.hosts.items():
@@ -155,15 +158,18 @@ def split_host_vars(rc: ResolvedCluster) -> tuple[dict[str, tuple[list[str], dic
         shared[inventory_name] = (hosts, common)
         for host in hosts:
             own[host] = {key: value for key, value in own[host].items() if key not in common}
-    _add_receipt_inputs(rc, shared, own)
+    _add_receipt_inputs(rc, cluster_vars, shared, own)
     return shared, own
 
 
 def _add_receipt_inputs(
-    rc: ResolvedCluster, shared: dict[str, tuple[list[str], dict[str, Any]]], own: dict[str, dict[str, Any]]
+    rc: ResolvedCluster,
+    cluster_vars: dict[str, Any],
+    shared: dict[str, tuple[list[str], dict[str, Any]]],
+    own: dict[str, dict[str, Any]],
 ) -> None:
     """Each role's inputs digest: in the node group's vars where all its hosts have the same, else the host's."""
-    digests = receipt_inputs(group_vars(rc), shared, own, groups(rc))
+    digests = receipt_inputs(cluster_vars, shared, own, groups(rc))
     for hosts, variables in shared.values():
         for key in list(digests[hosts[0]]):
             if all(digests[host][key] == digests[hosts[0]][key] for host in hosts):
@@ -192,7 +198,8 @@ def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
     """The inventory exactly as `ansible-inventory --list --export` prints it: every group is a child of `all`,
     but only groups with hosts get an entry of their own."""
     members = groups(rc)
-    node_groups, own = split_host_vars(rc)
+    cluster_vars = group_vars(rc)
+    node_groups, own = split_host_vars(rc, cluster_vars)
     grouped = {host for hosts in members.values() for host in hosts}
     ungrouped = [host for host in rc.hosts if host not in grouped]
     out: dict[str, Any] = {
@@ -200,7 +207,7 @@ def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
             "hostvars": {name: as_data(variables) for name, variables in own.items() if variables},
             "profile": "inventory_legacy",
         },
-        "all": {"children": ["ungrouped", *members, *node_groups], "vars": as_data(group_vars(rc))},
+        "all": {"children": ["ungrouped", *members, *node_groups], "vars": as_data(cluster_vars)},
     }
     if ungrouped:
         out["ungrouped"] = {"hosts": ungrouped}
@@ -214,13 +221,14 @@ def inventory_list(rc: ResolvedCluster) -> dict[str, Any]:
 
 def inventory_yaml(rc: ResolvedCluster) -> dict[str, Any]:
     members = groups(rc)
-    node_groups, own = split_host_vars(rc)
+    cluster_vars = group_vars(rc)
+    node_groups, own = split_host_vars(rc, cluster_vars)
     children: dict[str, Any] = {name: {"hosts": dict.fromkeys(hosts, None)} for name, hosts in members.items()}
     for name, (hosts, variables) in node_groups.items():
         children[name] = {"hosts": dict.fromkeys(hosts, None), "vars": as_data(variables)}
     return {
         "all": {
-            "vars": as_data(group_vars(rc)),
+            "vars": as_data(cluster_vars),
             "hosts": {name: as_data(variables) for name, variables in own.items()},
             "children": children,
         }

@@ -77,18 +77,28 @@ def artifacts() -> list[Artifact]:
     return [artifact for module in concern_modules() for artifact in module.ARTIFACTS]
 
 
+def applicable(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[tuple[Artifact, str | None]]:
+    """The artifacts that apply to this cluster, each with the host it is rendered for (the first of its host
+    role; None for one rendered on the controller). Those whose host role has no host are left out."""
+    members = groups(rc)
+    out: list[tuple[Artifact, str | None]] = []
+    for artifact in only if only is not None else artifacts():
+        if not artifact.host_role:
+            out.append((artifact, None))
+        elif members.get(artifact.host_role):
+            out.append((artifact, members[artifact.host_role][0]))
+    return out
+
+
 def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rendered]:
-    """Render the artifacts that apply to this cluster (those whose host role has no host are skipped)."""
+    """Render the artifacts that apply to this cluster."""
     _find_the_collection()
     shared = group_vars(rc)
     members = groups(rc)
     all_hostvars = {name: ChainMap(host_vars(host), shared) for name, host in rc.hosts.items()}
     loader = DataLoader()
     out: list[Rendered] = []
-    for artifact in only if only is not None else artifacts():
-        host = members[artifact.host_role][0] if artifact.host_role and members.get(artifact.host_role) else None
-        if artifact.host_role and host is None:
-            continue
+    for artifact, host in applicable(rc, only):
         variables: dict[str, Any] = {
             **_role_file(artifact.role, "defaults"),
             **shared,

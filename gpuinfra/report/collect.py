@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import GpuinfraError
+from ..errors import Cancelled, GpuinfraError
 from ..render.inventory import unsafe
 from ..run import Outcome, RunOptions, cluster_inventory, one_line, run_playbook, target_hosts
 from ..validate.load import LoadedCluster
@@ -26,10 +26,6 @@ Slurm = Literal["sacct", "squeue", "none"]
 
 class ReportError(GpuinfraError):
     """The cluster could not be read: a host unreachable, or a command that failed there."""
-
-
-class Cancelled(ReportError):
-    """The run was interrupted."""
 
 
 @dataclass(frozen=True)

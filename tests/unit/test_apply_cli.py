@@ -225,3 +225,31 @@ def test_full_hands_the_run_gpuinfra_full(cluster: Path, monkeypatch: pytest.Mon
     main(["apply", str(cluster), "--yes", "--full"])
     main(["apply", str(cluster), "--yes"])
     assert seen == [{"gpuinfra_full": True}, {}]
+
+
+def test_apply_computes_the_role_variables_once(
+    cluster: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The inventory the run gets holds every role variable; the plan's count of files renders no template."""
+    from gpuinfra.render import inventory, plan
+    from gpuinfra.run import RunError
+
+    computed: list[str] = []
+    real = inventory.group_vars
+
+    def counted(rc: Any) -> Any:
+        computed.append(rc.model.name)
+        return real(rc)
+
+    def handed(inventory: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        computed.append(f"run with {len(inventory['all']['vars'])} vars")
+        raise RunError("stopped here")
+
+    monkeypatch.setattr(inventory, "group_vars", counted)
+    monkeypatch.setattr(plan, "group_vars", counted)
+    monkeypatch.setattr(plan, "Templar", None)  # any template rendered here would fail
+    monkeypatch.setattr(apply_cli, "run_playbook", handed)
+    code, out, err = apply(capsys, str(cluster), "--yes")
+    assert code == exitcodes.FAILED and "gpuinfra apply: stopped here" in err
+    assert computed[0] == "apply-test" and computed[1].startswith("run with ") and len(computed) == 2
+    assert "3 configuration files rendered from the model" in out

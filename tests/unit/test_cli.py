@@ -132,3 +132,38 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"gpuinfra {version('gpuinfra')}"
+
+
+# Every verb that reads a cluster file, with the arguments it needs besides the file.
+CLUSTER_VERBS = [
+    ["apply", "--yes"],
+    ["upgrade", "--yes"],
+    ["health"],
+    ["report", "usage"],
+    ["report", "idle"],
+    ["plan"],
+    ["inventory"],
+]
+
+
+@pytest.mark.parametrize("verb", CLUSTER_VERBS, ids=" ".join)
+def test_every_verb_reports_an_invalid_file_in_one_envelope(
+    verb: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = str(BAD / "unknown_key.yml")
+    assert main([*verb, bad, "--json"]) == exitcodes.INVALID_INPUT
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status"], doc["valid"], doc["exit_code"], doc["file"]) == ("invalid", False, 3, bad)
+    assert [d["path"] for d in doc["diagnostics"]] == ["node_groups[gpu].gpus", "conection"], doc
+    assert main([*verb, bad]) == exitcodes.INVALID_INPUT
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.endswith(f"{bad}: 2 errors; nothing was run\n"), captured.err
+
+
+@pytest.mark.parametrize("verb", [v for v in CLUSTER_VERBS if v[0] in ("upgrade", "health", "report")], ids=" ".join)
+def test_bad_extra_vars_are_refused_in_the_same_envelope(verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*verb, str(SMALL), "-e", "novalue", "--json"]) == exitcodes.INVALID_INPUT
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["status"] == "invalid" and doc["exit_code"] == 3 and "--extra-vars" in doc["errors"][0], doc
+    assert f"gpuinfra {' '.join(v for v in verb if v != '--yes')}: --extra-vars:" in captured.err

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra.cli.health import _print_table
+from gpuinfra.cli.health import print_table
 from gpuinfra.health_sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
 from gpuinfra.run import RunOptions, run_playbook
 
@@ -64,7 +64,7 @@ def test_sweep_gives_one_verdict_per_node(tmp_path: Path, run_root: Path) -> Non
 
 def test_table_lists_every_problem_under_its_node() -> None:
     out = io.StringIO()
-    _print_table(
+    print_table(
         out,
         [NodeHealth("gpu01", "healthy"), NodeHealth("gpu02", "unhealthy", ["GPU 0 (x): hot", "node: XID 79"])],
     )

@@ -88,6 +88,12 @@ def test_resolve_render_and_the_shared_logic_never_import_validate() -> None:
         assert not _reaches(unit, "validate"), unit
 
 
+def test_the_library_never_imports_the_command_line() -> None:
+    """The verbs are library calls; cli/ only parses arguments, prints and maps outcomes to exit codes."""
+    assert sorted(unit for unit, targets in graph().items() if "cli" in targets and unit != "__main__") == []
+
+
 def test_the_graph_is_read() -> None:
     """The rules above hold because the graph was read, not because it came out empty."""
     assert {"model", "resolve"} <= graph()["validate"] and "hostlists" in graph()["resolve"]
+    assert {"upgrade", "report", "health_sweep"} <= graph()["cli"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpuinfra.cli import main
-from gpuinfra.cli import report as report_cli
+from gpuinfra.report import reports
 from gpuinfra.report.collect import Answer, Collected, ReportError
 from gpuinfra.report.sacct import SEPARATOR
 
@@ -73,7 +73,7 @@ def test_usage_without_dcgm_reports_gpu_hours_and_no_utilisation(
         asked.update(slurm=slurm, queries=list(queries))
         return Collected(_sacct_now())
 
-    monkeypatch.setattr(report_cli, "collect", read)
+    monkeypatch.setattr(reports, "collect", read)
     assert main(["report", "usage", SANDBOX, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert asked == {"slurm": "sacct", "queries": []}
@@ -91,7 +91,7 @@ def test_a_failed_prometheus_query_still_reports_gpu_hours_and_exits_1(
         refused = {"status": "error", "errorType": "execution", "error": "query processing would load too many samples"}
         return Collected(_sacct_now(), [Answer(q, 422, refused, "") for q in queries])
 
-    monkeypatch.setattr(report_cli, "collect", read)
+    monkeypatch.setattr(reports, "collect", read)
     assert main(["report", "usage", SLURM_SMALL, "--since", "2h"]) == 1
     captured = capsys.readouterr()
     assert "GPU utilisation: n/a (the Prometheus query failed)" in captured.out
@@ -105,6 +105,6 @@ def test_a_cluster_that_cannot_be_read_exits_1(
     def read(*args: Any, **kwargs: Any) -> Collected:
         raise ReportError("ctl01: List the job allocations of the window: sacct: error: slurmdbd: connection refused")
 
-    monkeypatch.setattr(report_cli, "collect", read)
+    monkeypatch.setattr(reports, "collect", read)
     assert main(["report", "idle", SLURM_SMALL]) == 1
     assert "slurmdbd: connection refused" in capsys.readouterr().err
