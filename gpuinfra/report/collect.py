@@ -52,19 +52,20 @@ class Collected:
 
 
 def playbook_vars(slurm: Slurm, queries: Sequence[Query], window: TimeRange | None = None) -> dict[str, Any]:
-    """The extra vars of playbooks/report.yml, every string marked unsafe."""
-    found: dict[str, Any] = {"gpuinfra_report_slurm": slurm, "gpuinfra_report_queries": [q.as_var() for q in queries]}
+    """The extra vars of playbooks/report.yml (the slurm_report and prometheus_query roles' variables), every
+    string marked unsafe."""
+    found: dict[str, Any] = {"slurm_report_read": slurm, "prometheus_query_queries": [q.as_var() for q in queries]}
     if slurm == "sacct":
         if window is None:
             raise ValueError("sacct needs a window")
         found |= {
-            "gpuinfra_report_sacct_format": sacct.FORMAT,
-            "gpuinfra_report_separator": sacct.SEPARATOR,
-            "gpuinfra_report_start": sacct_time(window.since),
-            "gpuinfra_report_end": sacct_time(window.until),
+            "slurm_report_sacct_format": sacct.FORMAT,
+            "slurm_report_separator": sacct.SEPARATOR,
+            "slurm_report_start": sacct_time(window.since),
+            "slurm_report_end": sacct_time(window.until),
         }
     if slurm == "squeue":
-        found["gpuinfra_report_squeue_format"] = squeue.FORMAT
+        found["slurm_report_squeue_format"] = squeue.FORMAT
     return {key: unsafe(value) for key, value in found.items()}
 
 

@@ -34,15 +34,15 @@ def test_set_stats_data_comes_back_as_artifacts_without_templating(run_root: Pat
 def test_every_string_of_the_playbook_vars_is_unsafe() -> None:
     window = TimeRange(1714521600, 1714525200)
     found = playbook_vars("sacct", usage_queries(window), window)
-    assert found["gpuinfra_report_sacct_format"] == {"__ansible_unsafe": sacct.FORMAT}
-    assert found["gpuinfra_report_start"] == {"__ansible_unsafe": "2024-05-01T00:00:00"}
-    assert found["gpuinfra_report_end"] == {"__ansible_unsafe": "2024-05-01T01:00:00"}
-    first = found["gpuinfra_report_queries"][0]
+    assert found["slurm_report_sacct_format"] == {"__ansible_unsafe": sacct.FORMAT}
+    assert found["slurm_report_start"] == {"__ansible_unsafe": "2024-05-01T00:00:00"}
+    assert found["slurm_report_end"] == {"__ansible_unsafe": "2024-05-01T01:00:00"}
+    first = found["prometheus_query_queries"][0]
     assert first["path"] == {"__ansible_unsafe": "query_range"}
     assert set(first["params"]) == {"query", "start", "end", "step"}
     assert all(list(value) == ["__ansible_unsafe"] for value in first["params"].values())
     idle = playbook_vars("squeue", [])
-    assert idle["gpuinfra_report_squeue_format"] == {"__ansible_unsafe": squeue.FORMAT}
+    assert idle["slurm_report_squeue_format"] == {"__ansible_unsafe": squeue.FORMAT}
     with pytest.raises(ValueError, match="window"):
         playbook_vars("sacct", [])
 
