@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from gpuinfra.upgrade.simulate import draw_durations, fixed_batches, optimum, simulate
-from gpuinfra.upgrade.window import Window
+from gpuinfra.upgrade.window import RollingWindow
 
 
 def main() -> int:
@@ -22,7 +22,7 @@ def main() -> int:
     args = parser.parse_args()
     durations = draw_durations(args.nodes, args.seed)
     mean = sum(durations) / len(durations)
-    window = Window([str(i) for i in range(args.nodes)], args.k, args.canary)
+    window = RollingWindow([str(i) for i in range(args.nodes)], args.k, args.canary)
     result = simulate(window, lambda n: durations[int(n)])
     best = optimum(args.nodes, args.k, mean)
     batches = fixed_batches(durations, args.k, args.canary)

@@ -76,7 +76,7 @@ def test_gpu_nodes_advertise_the_capacity_the_model_expects() -> None:
     k8s = cluster().model.kubernetes
     assert k8s is not None
     layouts = mig_vars.layouts(cluster().resolved)
-    for host in cluster().resolved.with_role(k8s_vars.WORKER_ROLE):
+    for host in cluster().resolved.with_role(k8s_resources.WORKER_ROLE):
         allocatable = get("node", host.name)["status"]["allocatable"]
         advertised = {k: int(v) for k, v in allocatable.items() if k.startswith("nvidia.com/")}
         assert advertised == dict(k8s_resources.host_capacity(host, k8s, layouts)), host.name
@@ -149,7 +149,7 @@ def _health_account(node: str) -> str:
 
 
 def _gpu_workers() -> list[str]:
-    return sorted(h.name for h in cluster().resolved.with_role(k8s_vars.WORKER_ROLE))
+    return sorted(h.name for h in cluster().resolved.with_role(k8s_resources.WORKER_ROLE))
 
 
 def test_each_gpu_node_has_a_filled_in_health_token() -> None:

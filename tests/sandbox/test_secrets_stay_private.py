@@ -88,7 +88,7 @@ def test_apply_check_diff_json_prints_no_secret() -> None:
     assert any(c["host"] == "ctl01" and c["diff"] == HIDDEN_DIFF for c in doc["changes"]), doc["changes"]
     printed = done.stdout + done.stderr
     assert not BCRYPT.search(printed)
-    for path in generated:
-        for line in path.read_text(errors="replace").splitlines():
+    for secret in generated:
+        for line in secret.read_text(errors="replace").splitlines():
             if len(line.strip()) >= 8:
-                assert line.strip() not in printed, f"{path.name} is in apply's output"
+                assert line.strip() not in printed, f"{secret.name} is in apply's output"

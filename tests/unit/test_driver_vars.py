@@ -585,7 +585,8 @@ def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str, tem
     repo_var = f"__{role}_nvidia_repo_url" if role == "nvidia_driver" else f"__{role}_repo_url"
     repo = role_vars(role, "Debian")[repo_var]  # the role's vars/Debian.yml, which render() leaves out
     mirror = {f"{role}_source_type": "mirror", f"{role}_source_url": "https://mirror.example.internal/nvidia/"}
-    cases = {
+    # The role's variables, as role_vars() and render() take them (**overrides: Any).
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "nvidia": ({f"{role}_source_type": "nvidia"}, repo.replace("$(ARCH)", "amd64")),
         "mirror-asc": ({**mirror, f"{role}_source_keyring": "files/mirror.asc"}, mirror[f"{role}_source_url"]),
         "mirror-gpg": ({**mirror, f"{role}_source_keyring": "files/mirror.gpg"}, mirror[f"{role}_source_url"]),

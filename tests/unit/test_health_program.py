@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -278,7 +278,7 @@ class Node:
                 log.writelines(f"2026-11-25T03:00:00+0000 gpu02 kernel: {line}" for line in messages.open())
 
     def config(self, **changes: Any) -> None:
-        settings = {
+        settings: dict[str, Any] = {
             "gpus": 2,
             "emulated": False,
             "scheduler": "slurm",
@@ -804,7 +804,7 @@ def test_the_module_files_digest_follows_dkms_the_kernels_and_the_tools(node: No
 
     before = digest()
     assert digest() == before
-    changes = [
+    changes: list[Callable[[], object]] = [
         lambda: (built / "nvidia-current.ko.xz").write_bytes(b"built"),  # DKMS built it
         lambda: (modules / "6.1.0-31-amd64" / "updates" / "dkms" / "nvidia-current.ko.xz").write_bytes(b"built"),
         lambda: os.utime(node.root / "bin" / "scontrol", ns=(0, 0)),  # the tool was upgraded

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from test_kubernetes_support import GOLDEN, check_golden, loaded, rendered, yaml_load_all
 
+from gpuinfra.k8s_resources import WORKER_ROLE
 from gpuinfra.render.plan import _trusted  # the same marking the plan uses for role files
 from gpuinfra.render.vars import kubernetes as k8s_vars
 
@@ -78,7 +79,7 @@ def test_identities_match_golden(example: str) -> None:
 
 @pytest.mark.parametrize("example", K8S_EXAMPLES)
 def test_every_gpu_worker_and_nothing_else_gets_an_identity(example: str) -> None:
-    workers = {h.name for h in loaded(example).resolved.with_role(k8s_vars.WORKER_ROLE)}
+    workers = {h.name for h in loaded(example).resolved.with_role(WORKER_ROLE)}
     documents = yaml_load_all(rendered(example)[PATH].content)
     assert _least_privilege(documents, "gpuinfra-system") == workers
 
@@ -263,6 +264,7 @@ def test_only_identities_of_removed_nodes_are_deleted() -> None:
 def test_the_token_is_read_from_its_secret_and_missing_until_it_is_filled_in() -> None:
     secret = {"resources": [{"data": {"token": base64.b64encode(b"t0ken").decode(), "ca.crt": "Q0E="}}]}
     assert _template("{{ __k8s_node_health_token }}", {"__k8s_node_health_secret": secret}) == "t0ken"
+    empty: dict[str, Any]
     for empty in ({"resources": []}, {"resources": [{"data": None}]}, {"resources": [{}]}):
         assert _template("{{ __k8s_node_health_token }}", {"__k8s_node_health_secret": empty}) == "", empty
 

@@ -24,6 +24,8 @@ import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 from test_gpu_operator_chart import KUBERNETES_VERSION, fields_outside_schema
 from test_kubernetes_support import REFERENCE_ABSENT, ROOT, Chart, find_helm, loaded, rendered, yaml_load, yaml_load_all
 
@@ -80,8 +82,8 @@ def broken_rules(document: Any, schema: dict[str, Any], path: str = "") -> list[
             continue
         environment = celpy.Environment()
         program = environment.program(environment.compile(rule["rule"]))
-        result = program.evaluate({"self": celpy.json_to_cel(document)})
-        if isinstance(result, celpy.CELEvalError) or not result:
+        result = program.evaluate({"self": json_to_cel(document)})
+        if isinstance(result, CELEvalError) or not result:
             out.append(f"{path or '.'}: {rule.get('message', rule['rule'])}")
     if isinstance(document, dict):
         properties = schema.get("properties", {})

@@ -552,7 +552,7 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
         **yaml_load((role / "defaults" / "main.yml").read_text()),
         **yaml_load((role / "vars" / "main.yml").read_text()),
     }
-    used = ("node_exporter_slurm_squeue", "node_exporter_slurm_sinfo", "node_exporter_textfile_dir")
+    used: tuple[str, ...] = ("node_exporter_slurm_squeue", "node_exporter_slurm_sinfo", "node_exporter_textfile_dir")
     used += ("__node_exporter_slurm_textfile", "__node_exporter_slurm_jobs_textfile")
     [out] = render_template(
         collections, [("node_exporter/templates/gpuinfra-slurm-node-state.service.j2", {k: variables[k] for k in used})]

@@ -37,7 +37,11 @@ VARIABLE = re.compile(
 
 def filled(expr: str, dashboard: dict[str, Any], **values: str) -> str:
     """`expr` as Prometheus receives it: macros and variables replaced (a variable by its "All" value unless given)."""
-    known = {**MACROS, **{var["name"]: var.get("allValue", ".*") for var in dashboard["templating"]["list"]}, **values}
+    known: dict[str, str] = {
+        **MACROS,
+        **{var["name"]: var.get("allValue", ".*") for var in dashboard["templating"]["list"]},
+        **values,
+    }
 
     def value(match: re.Match[str]) -> str:
         name = match["braced"] or match["plain"] or match["old"]

@@ -506,6 +506,7 @@ def test_a_second_run_changes_nothing(generated_tls: dict[str, Any]) -> None:
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)")
 def test_prometheus_accepts_the_generated_certificate(generated_tls: dict[str, Any], tmp_path: Path) -> None:
     folder = generated_tls["tmp"] / "hosts" / "mon01"
+    assert PROMTOOL is not None  # the skipif above
     config = tmp_path / "web.yml"
     config.write_text(
         json.dumps({"tls_server_config": {"cert_file": str(folder / "host.crt"), "key_file": str(folder / "host.key")}})

@@ -250,7 +250,7 @@ def test_nvidias_repository_is_signed_by_its_pinned_key(role: str) -> None:
 # --- the roles' check that a source is signed ---------------------------------------------------------------------
 
 
-def _checks(role: str) -> tuple[Path, str]:
+def _checks(role: str) -> tuple[Path, dict[str, Any]]:
     """The role's task that refuses an unsigned mirror, and the file it is in."""
     for path in sorted((ROLES / role / "tasks").glob("*.yml")):
         for task in YAML(typ="safe").load(path.read_text()) or []:

@@ -23,7 +23,7 @@ def digests(data: dict[str, Any]) -> dict[str, dict[str, str]]:
     the host's own digest as the receipt's action plugin completes them."""
     inventory = inventory_yaml(resolve(Cluster.model_validate(data)))["all"]
     wanted = (INPUTS_PREFIX, HOST_INPUTS)
-    found: dict[str, dict[str, str]] = {}
+    found: dict[str, dict[str, dict[str, str]]] = {}  # host -> variable -> {"__ansible_unsafe": digest}
     for group in inventory["children"].values():
         shared = {k: v for k, v in group.get("vars", {}).items() if k.startswith(wanted)}
         for host in group["hosts"]:

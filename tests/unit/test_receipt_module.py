@@ -8,6 +8,7 @@ import hmac
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,14 @@ def test_a_recorded_role_is_fresh_and_its_receipt_is_root_only(host: Host) -> No
     assert "s3cret" not in receipt.read_text()  # only the secret's digest is kept
 
 
+def _remove_managed_folder(h: Host) -> None:
+    for p in h.managed.parent.iterdir():
+        p.unlink()
+    h.managed.parent.rmdir()
+
+
 # Each kind of drift: (what is changed, the start of the reason the probe gives).
-DRIFT = {
+DRIFT: dict[str, tuple[Callable[[Host], object], str]] = {
     "file edited": (lambda h: h.managed.write_text("setting = 2\n"), "paths "),
     "file mode changed": (lambda h: h.managed.chmod(0o600), "paths "),
     "file removed": (lambda h: h.managed.unlink(), "paths "),
@@ -141,10 +148,7 @@ DRIFT = {
         "services demo.service",
     ),
     "folder opened to others": (lambda h: h.managed.parent.chmod(0o777), "folders "),
-    "folder removed": (
-        lambda h: [p.unlink() for p in h.managed.parent.iterdir()] and h.managed.parent.rmdir(),
-        "folders ",
-    ),
+    "folder removed": (_remove_managed_folder, "folders "),
     "receipts folder opened to others": (lambda h: h.receipts.chmod(0o755), "the receipts folder"),
     "package moved off its version": (lambda h: h.packages.write_text("demo\tii \t1.3-1\thold\n"), "packages demo"),
     "hold removed": (lambda h: h.packages.write_text("demo\tii \t1.2-1\tinstall\n"), "packages demo"),

@@ -111,7 +111,7 @@ def test_a_no_log_change_is_listed_as_ansible_displayed_it() -> None:
     progress.handle({**ok_event("h1", "Write the key", censored), "stdout": changed})
     progress.handle({**ok_event("h1", "Check the key", censored), "stdout": "\x1b[0;32mok: [h1]\x1b[0m"})
     # A no_log loop: its items say changed; the loop's own result says nothing.
-    item = {"event": "runner_item_on_ok", "stdout": "changed: [h1] => (item=(censored due to no_log))"}
+    item: dict[str, Any] = {"event": "runner_item_on_ok", "stdout": "changed: [h1] => (item=(censored due to no_log))"}
     item["event_data"] = {"host": "h1", "task": "Write the keys", "task_uuid": "u1", "res": censored}
     progress.handle(item)
     loop = ok_event("h1", "Write the keys", {"censored": CENSORED, "results": [censored]})

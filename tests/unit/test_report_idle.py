@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 
 from gpuinfra.report.idle import IdleGpu, IdleRule, idle_gpus, idle_report, idle_run
 from gpuinfra.report.prometheus import Series
@@ -16,7 +17,7 @@ STEP = 30
 RULE = IdleRule(threshold_pct=10.0, for_s=1800, step_s=STEP)
 
 
-def series(job: str, gpu: str, values_oldest_first: list[float | None]) -> Series:
+def series(job: str, gpu: str, values_oldest_first: Sequence[float | None]) -> Series:
     """Points at the last len(values) steps up to END; None leaves a step without a point (the series absent)."""
     first = END - STEP * (len(values_oldest_first) - 1)
     points = {(first + i * STEP) * 1000: v for i, v in enumerate(values_oldest_first) if v is not None}

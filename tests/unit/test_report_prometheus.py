@@ -313,7 +313,9 @@ def test_the_join_gives_each_job_and_account_its_gpu_weighted_means(server: Serv
     seconds = {"101": 2 * 3600, "102": 3600}
     assert {j: jobs[j].gpu_seconds for j in seconds} == seconds
     total = report.total()
-    want = (60.0 * seconds["101"] + jobs["102"].util_pct * seconds["102"]) / (seconds["101"] + seconds["102"])
+    nlp_util = jobs["102"].util_pct
+    assert nlp_util is not None  # job 102 was sampled (above)
+    want = (60.0 * seconds["101"] + nlp_util * seconds["102"]) / (seconds["101"] + seconds["102"])
     assert total.mean_util_pct == pytest.approx(want)
     assert {g.name: g.mean_util_pct for g in report.groups("by_account")} == {
         "vision": pytest.approx(60.0),

@@ -114,11 +114,11 @@ def test_a_sandbox_refuses_to_write_its_key_into_gpuinfras_own_tree(home: Path, 
 def test_up_refuses_a_state_folder_in_a_repository_before_it_changes_anything(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuinfra.sandbox import lifecycle
+    from gpuinfra.sandbox import lifecycle, tools
 
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     cluster = write(tmp_path / "repo", "state/id_ed25519", "state/known_hosts")
-    monkeypatch.setattr(lifecycle.tools, "require", lambda tools: None)
+    monkeypatch.setattr(tools, "require", lambda _names: None)
     with pytest.raises(SandboxConfigError, match="no private key"):
         lifecycle.up(cluster, image="localhost/not-used")
     assert not (tmp_path / "repo" / "state").exists()
