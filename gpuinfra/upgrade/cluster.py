@@ -124,7 +124,7 @@ def upgrade(
     executor = AnsibleExecutor(
         inventory=plan.inventory,
         playbook=KERNEL_PLAYBOOK if plan.kernel else DRIVER_PLAYBOOK,
-        extra_vars={"node_drain_timeout": drain_timeout, "upgrade_reboot": policy.reboot, **extra},
+        extra_vars={"node_drain_timeout": drain_timeout, "node_upgrade_reboot": policy.reboot, **extra},
         cancel=cancel,
         phase_timeout=duration_seconds(policy.phase_timeout),
         drain_timeout=drain_timeout,

@@ -372,7 +372,7 @@ def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(li
 
 def _kernel_update(life: Life, journal: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return upgrade_json(life, journal, "--kernel", "--limit", ",".join(KERNEL_NODES),
-                        "-e", f"kernel_update_release={KERNEL_RELEASE}", *args)  # fmt: skip
+                        "-e", f"node_upgrade_kernel_release={KERNEL_RELEASE}", *args)  # fmt: skip
 
 
 # A site that follows backports' kernels: backports among unattended-upgrades' origins, the kernel metapackages
@@ -412,7 +412,7 @@ def test_5_a_kernel_from_unattended_upgrades_booted_through_a_held_lock_and_a_fa
         # 1. unattended-upgrades holds dpkg's lock on the canary: the run waits, names the holder, and stops there.
         lock = "import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); fcntl.lockf(f, 2); time.sleep(900)"
         ok("gpu01", f"systemd-run --quiet --collect --unit=life-dpkg-lock python3 -c {shlex.quote(lock)}")
-        code, report = _kernel_update(life, journal, "-e", "upgrade_lock_timeout=15")
+        code, report = _kernel_update(life, journal, "-e", "node_upgrade_lock_timeout=15")
         assert code == 1 and report["nodes"]["gpu01"]["state"] == "failed", report
         assert "python3 (PID " in report["nodes"]["gpu01"]["reason"], report["nodes"]["gpu01"]
         ok("gpu01", "systemctl stop life-dpkg-lock")

@@ -1,8 +1,8 @@
 """The upgrade's wait for the package manager: a real fcntl lock (the kind dpkg and apt take) held by another
 process is waited for, then its holder is named; a lock released in time lets the upgrade go on.
 
-The task file of the playbooks (playbooks/tasks/upgrade-prepare.yml) runs through ansible-runner on this machine,
-with a lock file of the test's own instead of dpkg's, and with services and modules left alone.
+The node_upgrade role's preparation (roles/node_upgrade/tasks/prepare.yml) runs through ansible-runner on this
+machine, with a lock file of the test's own instead of dpkg's, and with services and modules left alone.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 
 from gpuinfra.run import Outcome, RunOptions, run_playbook
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
@@ -64,16 +62,18 @@ def prepare(tmp_path: Path, lock_file: Path, timeout: int) -> Any:
         "- name: Prepare the node for its upgrade\n"
         "  hosts: all\n"
         "  tasks:\n"
-        f"    - name: Run the upgrade's preparation\n"
-        f"      ansible.builtin.import_tasks: {ROOT / 'playbooks' / 'tasks' / 'upgrade-prepare.yml'}\n"
+        "    - name: Run the upgrade's preparation\n"
+        "      ansible.builtin.include_role:\n"
+        "        name: gpuinfra.cluster.node_upgrade\n"
+        "        tasks_from: prepare.yml\n"
     )
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {"all": {"hosts": {"node": local}}}
     extra = {
-        "upgrade_locks": [str(lock_file)],
-        "upgrade_lock_timeout": timeout,
-        "upgrade_gpu_clients": [],
-        "upgrade_service_manage": False,
+        "node_upgrade_locks": [str(lock_file)],
+        "node_upgrade_lock_timeout": timeout,
+        "node_upgrade_gpu_clients": [],
+        "node_upgrade_service_manage": False,
     }
     return run_playbook(inventory, RunOptions(playbook=playbook, extra_vars=extra), hosts=["node"])
 
@@ -84,7 +84,7 @@ def test_a_held_lock_is_waited_for_then_its_holder_is_named(tmp_path: Path, run_
         result = prepare(tmp_path, lock_file, timeout=10)
     assert result.outcome is Outcome.FAILED
     [failure] = result.failures
-    assert failure.task == "Name the process that holds the package manager's lock"
+    assert failure.task.endswith("Name the process that holds the package manager's lock"), failure.task
     assert "The package manager is busy for more than 10s" in failure.message
     assert re.search(rf"{re.escape(command)} \(PID {holder.pid}\) holds {re.escape(str(lock_file))}", failure.message)
     assert "unattended-upgrades" in failure.message  # says what usually holds it, and what to do

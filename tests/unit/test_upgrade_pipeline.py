@@ -268,35 +268,36 @@ def test_durations() -> None:
         duration_seconds("4 hours")
 
 
-def test_the_playbooks_run_the_rescue_on_every_phase() -> None:
+def test_the_pipeline_runs_the_rescue_on_every_phase() -> None:
     from ruamel.yaml import YAML
 
-    root = Path(__file__).resolve().parents[2] / "playbooks"
-    for playbook in ("upgrade_driver.yml", "kernel_update.yml"):
-        [play] = YAML(typ="safe").load((root / playbook).read_text())
-        [pipeline] = play["tasks"]
-        tags = {tag for task in pipeline["block"] for tag in task.get("tags", [])}
-        assert {p.name for p in PHASES} <= tags, playbook
-        assert pipeline["rescue"][0]["tags"] == ["always"]
+    root = Path(__file__).resolve().parents[2]
+    [pipeline] = YAML(typ="safe").load((root / "roles" / "node_upgrade" / "tasks" / "main.yml").read_text())
+    tags = {tag for task in pipeline["block"] for tag in task.get("tags", [])}
+    assert {p.name for p in PHASES} <= tags
+    assert pipeline["rescue"][0]["tags"] == ["always"]
+    for playbook, kind in (("upgrade_driver.yml", "driver"), ("kernel_update.yml", "kernel")):
+        [play] = YAML(typ="safe").load((root / "playbooks" / playbook).read_text())
+        assert play["roles"] == [{"role": "gpuinfra.cluster.node_upgrade", "vars": {"node_upgrade_kind": kind}}]
 
 
 @pytest.mark.tools
 def test_a_node_given_up_on_is_reported_skipped_from_the_runs_own_data(tmp_path: Path) -> None:
-    """The rescue (playbooks/tasks/upgrade-failed.yml) run for real on a local host: when the drain gave up, the run
+    """The rescue (roles/node_upgrade/tasks/failed.yml) run for real on a local host: when the drain gave up, the run
     publishes the outcome with set_stats, and the controller reads it from there, not from a task name."""
     import sys
 
     from gpuinfra.run import RunOptions, run_playbook
     from gpuinfra.upgrade.executor import phase_result
 
-    rescue = Path(__file__).resolve().parents[2] / "playbooks" / "tasks" / "upgrade-failed.yml"
+    rescue = Path(__file__).resolve().parents[2] / "roles" / "node_upgrade" / "tasks" / "failed.yml"
     playbook = tmp_path / "give-up.yml"
     reason = "drain: the jobs on gpu01 outlast the drain timeout; undrained"
     playbook.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - block:\n        - ansible.builtin.fail: {msg: drain gave up}\n"
         f"      rescue:\n        - ansible.builtin.import_tasks: {rescue}\n"
-        f"          vars: {{node_drain_skipped: true, __upgrade_failure: '{reason}'}}\n"
+        f"          vars: {{node_drain_skipped: true, __node_upgrade_failure: '{reason}'}}\n"
     )
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     result = run_playbook({"all": {"hosts": {"gpu01": local}}}, RunOptions(playbook=playbook), hosts=["gpu01"])
