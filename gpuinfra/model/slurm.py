@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import Model
-from .grammar import DecayHalfLife, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
+from .grammar import DecayHalfLife, Duration, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
 
 # Slurm keeps a suspended job's GRES: a job waiting for GPUs never suspends one that holds them (seen on slurmctld
 # 22.05: the preemptor stays pending for Resources while a cancel or requeue frees the GPUs at once).
@@ -47,6 +47,9 @@ class Qos(Model):
     preempt: list[Name] = []
     """QoS whose jobs this QoS may preempt."""
     preempt_mode: Literal["cancel", "requeue"] | None = None
+    preempt_grace: Duration | None = None
+    """GraceTime: how long a job of this QoS runs on once chosen for preemption. It gets SIGTERM (or the signal it
+    asked for with `--signal`) at once, to write a checkpoint, and is requeued or cancelled at the end."""
 
     _no_suspend = field_validator("preempt_mode", mode="before")(_refuse_suspend)
 

@@ -134,3 +134,10 @@ def test_time_limits(limit: str | None, seconds: int | None) -> None:
 def test_tres_parsing() -> None:
     assert acct.tres("cpu=4,gres/gpu=2") == {"cpu": "4", "gres/gpu": "2"}
     assert acct.tres("") == {}
+
+
+def test_grace_time_is_set_in_seconds_and_read_back_in_slurms_form() -> None:
+    scavenger = {"name": "scavenger", "preempt_grace_s": 30}
+    assert acct.qos_changes(scavenger, {"name": "scavenger", "gracetime": "00:00:00"}) == ["GraceTime=30"]
+    assert acct.qos_changes(scavenger, {"name": "scavenger", "gracetime": "00:00:30"}) == []
+    assert acct.qos_changes({"name": "normal"}, {"name": "normal", "gracetime": "00:05:00"}) == ["GraceTime=0"]

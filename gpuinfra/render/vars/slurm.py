@@ -167,6 +167,7 @@ def qos_list(slurm: Slurm) -> list[dict[str, Any]]:
             "max_wall": qos.max_wall,
             "preempt": list(qos.preempt),
             "preempt_mode": qos.preempt_mode,
+            "preempt_grace_s": duration_seconds(qos.preempt_grace) if qos.preempt_grace else 0,
         }
 
     return [one(name, qos) for name, qos in slurm.qos.items()]

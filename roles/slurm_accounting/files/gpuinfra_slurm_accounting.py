@@ -84,8 +84,18 @@ def _count(value: Any) -> str:
     return "-1" if value in (None, "", 0) else str(int(value))
 
 
-QOS_FIELDS = ["name", "priority", "maxtrespu", "maxtrespj", "maxjobspu", "maxwall", "preempt", "preemptmode"]
-QOS_FORMAT = "Name,Priority,MaxTRESPU,MaxTRES,MaxJobsPU,MaxWall,Preempt,PreemptMode"
+QOS_FIELDS = [
+    "name",
+    "priority",
+    "maxtrespu",
+    "maxtrespj",
+    "maxjobspu",
+    "maxwall",
+    "preempt",
+    "preemptmode",
+    "gracetime",
+]
+QOS_FORMAT = "Name,Priority,MaxTRESPU,MaxTRES,MaxJobsPU,MaxWall,Preempt,PreemptMode,GraceTime"
 
 
 def qos_changes(want: dict[str, Any], have: dict[str, str] | None) -> list[str]:
@@ -109,6 +119,9 @@ def qos_changes(want: dict[str, Any], have: dict[str, str] | None) -> list[str]:
     mode = (want.get("preempt_mode") or "cluster").lower()
     if mode != (have.get("preemptmode") or "cluster").lower():
         settings.append(f"PreemptMode={mode}")
+    grace = int(want.get("preempt_grace_s") or 0)
+    if grace != (seconds(have.get("gracetime")) or 0):
+        settings.append(f"GraceTime={grace}")
     return settings
 
 
