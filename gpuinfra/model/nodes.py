@@ -63,6 +63,9 @@ class Gpu(Model):
     emulated: bool = False
     """Device nodes without hardware, as in the sandbox: the driver is installed and its DKMS module built, but not
     loaded; checks that need nvidia-smi are skipped with that reason."""
+    shards: Annotated[int, Field(ge=2, le=128)] | None = None
+    """Slurm GPU sharing: each whole GPU is also offered as this many gres/shard, so that that many jobs asking for
+    `--gres=shard:1` can share it. A GPU given whole to a job has none of its shards free, and the reverse."""
 
 
 class Taint(Model):

@@ -31,10 +31,24 @@ def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     if slurm.accounting and not rc.with_role("slurm_dbd"):
         report.error(("slurm", "accounting"), "needs a host with the slurm_dbd role; add one or set accounting: false")
     _partitions(model, report)
+    _shards(model, report)
     _qos(model, report)
     _accounts(model, report)
     _capacity(rc, report)
     _releases(rc, report)
+
+
+def _shards(model: Cluster, report: Diagnostics) -> None:
+    """gres/shard shares whole GPUs among Slurm jobs: a group that shards its GPUs must be a Slurm compute group
+    whose GPUs are whole."""
+    for name, group in model.node_groups.items():
+        if group.gpu is None or group.gpu.shards is None:
+            continue
+        where = ("node_groups", name, "gpu", "shards")
+        if "slurm_compute" not in group.roles:
+            report.error(where, "shards are Slurm's GPU sharing, and this group has no slurm_compute role")
+        if group.mig:
+            report.error(where, "shards share whole GPUs, and this group's GPUs are MIG slices (mig:): choose one")
 
 
 def _partitions(model: Cluster, report: Diagnostics) -> None:

@@ -120,7 +120,9 @@ def test_thousand_nodes_render_one_line_per_group() -> None:
     groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "gpu[0001-1000]"})
     variables = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
     assert variables["slurm_common_nodes"] == [{"names": "gpu[0001-1000]", "gres": ["gpu:h100:1"]}]
-    assert variables["slurm_common_gres"] == [{"nodes": "gpu[0001-1000]", "type": "h100", "file": "/dev/nvidia0"}]
+    assert variables["slurm_common_gres"] == [
+        {"nodes": "gpu[0001-1000]", "type": "h100", "file": "/dev/nvidia0", "shards": 0}
+    ]
 
 
 def test_gres_types_stay_distinct_when_families_collide() -> None:
@@ -196,3 +198,22 @@ def test_preempt_mode_renders_what_slurm_accepts(tmp_path: Path, mode: str, line
         k: v for entry in conf(rendered(cluster)["slurm/slurm.conf"]) if len(entry) == 1 for k, v in entry.items()
     }
     assert settings["PreemptMode"] == line
+
+
+def test_shards_share_a_groups_whole_gpus(tmp_path: Path) -> None:
+    """gpu.shards: the group's node line offers shards beside its GPUs, gres.conf spreads them over the same device
+    files, and GresTypes and the accounted TRES name gres/shard; a group without shards is unchanged."""
+    text = SMALL.read_text()
+    assert "gpu: {model: L40S, count: 4}" in text
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(text.replace("gpu: {model: L40S, count: 4}", "gpu: {model: L40S, count: 4, shards: 4}"))
+    files = rendered(cluster)
+    lines = conf(files["slurm/slurm.conf"])
+    settings = {k: v for line in lines if len(line) == 1 for k, v in line.items()}
+    assert (settings["GresTypes"], settings["AccountingStorageTRES"]) == ("gpu,shard", "gres/gpu,gres/shard")
+    nodes = {line["NodeName"]: line["Gres"] for line in lines if "NodeName" in line}
+    assert nodes == {"a100-[01-08]": "gpu:a100:8", "l40s-[01-02]": "gpu:l40s:4,shard:16"}
+    assert conf(files["slurm/gres.conf"])[1:] == [
+        {"NodeName": "l40s-[01-02]", "Name": "gpu", "Type": "l40s", "File": "/dev/nvidia[0-3]"},
+        {"NodeName": "l40s-[01-02]", "Name": "shard", "Count": "16", "File": "/dev/nvidia[0-3]"},
+    ]

@@ -111,12 +111,15 @@ def nodes(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
             whole, slices = gpus[name]
             gres = [f"gpu:{types[group.gpu.model]}:{len(whole)}"] if whole else []
             gres += [f"gpu:{s['type']}:{s['count']}" for s in slices]
+            if whole and group.gpu.shards:
+                gres.append(f"shard:{len(whole) * group.gpu.shards}")
         out.append(_node_line(group, gres))
     return out
 
 
 def gres(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
-    """One explicit gres.conf line per GPU node group with whole GPUs: their device files."""
+    """One explicit gres.conf line per GPU node group with whole GPUs: their device files, and the shards Slurm
+    spreads evenly over them (0 for none)."""
     types = gres_types(rc.model)
     out = []
     for name, (whole, _slices) in gpus.items():
@@ -127,6 +130,7 @@ def gres(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
                     "nodes": _hostlist(expand_hosts(group.hosts)),
                     "type": types[group.gpu.model],
                     "file": _device_files(whole),
+                    "shards": len(whole) * (group.gpu.shards or 0),
                 }
             )
     return out
