@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ..errors import Cancelled, Refused
+from ..errors import GpuinfraError
 from ..health_sweep import NodeHealth, Sweep, sweep
-from ..run import RunError
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_extra_vars, add_json
 from .display import display
@@ -38,12 +37,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with display(output) as on_update:
             found = sweep(loaded, args.limit, args.drain_unhealthy, extra, on_update)
-    except Refused as exc:
-        return output.refuse(str(exc))
-    except Cancelled as exc:
-        return output.fail(str(exc), exitcodes.CANCELLED)
-    except RunError as exc:
-        return output.fail(str(exc))
+    except GpuinfraError as exc:
+        return output.error(exc)
     code = exitcodes.OK if found.healthy and not found.drain_errors else exitcodes.FAILED
     if not args.json:
         _print_sweep(output.human, found)

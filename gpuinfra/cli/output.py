@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from ..errors import Diagnostic, InvalidInput
+from ..errors import Cancelled, Diagnostic, GpuinfraError, InvalidInput, Refused
 from ..validate.load import LoadedCluster, load_cluster
 from . import exitcodes
 from .common import parse_extra_vars
@@ -80,9 +80,15 @@ class Output:
         """Input the verb cannot act on: nothing was run."""
         return self.fail(message, exitcodes.INVALID_INPUT)
 
-    def fail(self, message: str, code: int = exitcodes.FAILED, **doc: Any) -> int:
+    def error(self, exc: GpuinfraError) -> int:
+        """A library call's error: refused (nothing was run), cancelled, or failed."""
+        if isinstance(exc, Refused):
+            return self.refuse(str(exc))
+        return self.fail(str(exc), exitcodes.CANCELLED if isinstance(exc, Cancelled) else exitcodes.FAILED)
+
+    def fail(self, message: str, code: int = exitcodes.FAILED) -> int:
         print(f"gpuinfra {self.verb}: {message}", file=sys.stderr)
-        return self.finish({"status": status_of(code), "errors": [message], **doc}, code)
+        return self.finish({"status": status_of(code), "errors": [message]}, code)
 
     def finish(self, doc: dict[str, Any], code: int) -> int:
         """Print the JSON document (under --json) and return the exit code."""

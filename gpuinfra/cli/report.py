@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import Cancelled, Refused
+from ..errors import GpuinfraError
 from ..report import render, reports
-from ..report.collect import ReportError
 from ..report.idle import IdleReport
 from ..report.usage import UsageReport
 from ..validate.load import LoadedCluster
@@ -82,12 +81,8 @@ def _report[R: (UsageReport, IdleReport)](
         return exitcodes.INVALID_INPUT
     try:
         report = make(loaded, extra)
-    except Refused as exc:
-        return output.refuse(str(exc))
-    except Cancelled as exc:
-        return output.fail(str(exc), exitcodes.CANCELLED)
-    except ReportError as exc:
-        return output.fail(str(exc))
+    except GpuinfraError as exc:
+        return output.error(exc)
     if args.csv:
         sys.stdout.write(csv(report))
     elif not args.json:
