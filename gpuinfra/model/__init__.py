@@ -5,13 +5,14 @@ from .driver import ContainerToolkit, Driver, Kernel
 from .kubernetes import Kubernetes, Tenant
 from .mig import Mig
 from .monitoring import COMPONENTS, Component, Monitoring
-from .nodes import ROLES, Gpu, MigAssignment, NodeGroup, Role
+from .nodes import ROLES, SLURM_ROLES, Gpu, MigAssignment, NodeGroup, Role
 from .policy import Health, Upgrade
 from .slurm import Account, Partition, Qos, Slurm
 
 __all__ = [
     "COMPONENTS",
     "ROLES",
+    "SLURM_ROLES",
     "Account",
     "Cluster",
     "Component",

@@ -28,6 +28,7 @@ Role = Literal[
     "slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute", "k8s_control", "k8s_gpu_worker", "monitoring"
 ]
 ROLES: tuple[str, ...] = get_args(Role)
+SLURM_ROLES = frozenset(role for role in ROLES if role.startswith("slurm_"))
 
 
 OperatingSystem = Literal["debian12", "debian13", "ubuntu22.04", "ubuntu24.04", "rhel9"]

@@ -5,11 +5,9 @@ releases that talk to each other."""
 from __future__ import annotations
 
 from .. import catalog
-from ..model import Cluster
+from ..model import SLURM_ROLES, Cluster
 from ..resolve import Host, ResolvedCluster
 from .diagnostics import Diagnostics, suggest
-
-SLURM_ROLES = {"slurm_controller", "slurm_dbd", "slurm_login", "slurm_compute"}
 
 
 def check(rc: ResolvedCluster, report: Diagnostics) -> None:

@@ -71,6 +71,10 @@ EXCEPTIONS: dict[str, str] = {
         "the role's `auto` leaves the choice to the operator's chart, which the model cannot say: a cluster with GPUs "
         "always has a driver section, whose kernel_modules defaults to proprietary"
     ),
+    "slurm_common_release": (
+        "the role's empty value means a current Slurm (23.02 or newer); the model names the release of the OS "
+        "archive, 22.05 for a minimal cluster on Debian 12"
+    ),
     "slurm_common_nodes": _HOSTS,
     "slurm_common_partitions": _HOSTS,
     "slurm_common_gres": _HOSTS,

@@ -217,3 +217,29 @@ def test_shards_share_a_groups_whole_gpus(tmp_path: Path) -> None:
         {"NodeName": "l40s-[01-02]", "Name": "gpu", "Type": "l40s", "File": "/dev/nvidia[0-3]"},
         {"NodeName": "l40s-[01-02]", "Name": "shard", "Count": "16", "File": "/dev/nvidia[0-3]"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("os", "release", "setting"),
+    [
+        ("debian12", "22.05", ("SchedulerParameters", "preempt_send_user_signal")),
+        ("debian13", "24.11", ("PreemptParameters", "send_user_signal")),
+    ],
+)
+def test_the_preemption_signal_is_spelled_for_the_clusters_slurm(
+    tmp_path: Path, os: str, release: str, setting: tuple[str, str]
+) -> None:
+    """Slurm 22.05 refuses PreemptParameters (`Parsing error at unrecognized key`, seen on the sandbox's slurmctld)
+    and takes the same setting in SchedulerParameters; 23.02 moved it."""
+    cluster = tmp_path / "cluster.yml"
+    text = SMALL.read_text()
+    assert "\nos: debian12\n" in text
+    cluster.write_text(text.replace("\nos: debian12\n", f"\nos: {os}\n"))
+    assert group_vars(load_cluster(cluster).resolved)["slurm_common_release"] == release
+    settings = {
+        k: v for line in conf(rendered(cluster)["slurm/slurm.conf"]) if len(line) == 1 for k, v in line.items()
+    }
+    key, value = setting
+    assert settings[key] == value
+    other = "PreemptParameters" if key == "SchedulerParameters" else "SchedulerParameters"
+    assert other not in settings

@@ -17,8 +17,9 @@ from typing import Any
 
 import hostlist
 
+from ... import catalog
 from ...hostlists import expand_hosts
-from ...model import Cluster, NodeGroup
+from ...model import SLURM_ROLES, Cluster, NodeGroup
 from ...model.grammar import duration_seconds
 from ...model.slurm import Account, Qos, Slurm
 from ...resolve import ResolvedCluster
@@ -206,6 +207,19 @@ def accounts(slurm: Slurm) -> list[dict[str, Any]]:
     return [one(name, slurm.accounts[name]) for name in ordered]
 
 
+def slurm_release(rc: ResolvedCluster) -> str:
+    """The oldest Slurm release among the cluster's Slurm hosts, by the OS archives gpuinfra knows; "" where one
+    runs an OS without those facts (slurm.conf then takes a current Slurm's spelling)."""
+    releases = []
+    for host in rc.hosts.values():
+        if SLURM_ROLES & set(host.roles):
+            release = catalog.os_release(host.os)
+            if release is None:
+                return ""
+            releases.append(release.slurm_release)
+    return min(releases, key=catalog.SLURM_RELEASES.index, default="")
+
+
 def def_mem_per_cpu(model: Cluster) -> int:
     """Memory a job gets per CPU unless it asks (DefMemPerCPU): the smallest share of any compute node, so that a
     job without --mem never takes a whole node. 0 (not set) where a node group gives no memory or CPUs."""
@@ -247,6 +261,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
             "decay_half_life": priority.decay_half_life,
         },
         "slurm_common_preempt_mode": slurm.preempt_mode,
+        "slurm_common_release": slurm_release(rc),
         "slurm_common_def_mem_per_cpu": def_mem_per_cpu(model),
         "slurm_common_job_mapping_dir": mapping,
         "slurm_common_health_check_program": HEALTH_CHECK_PROGRAM if model.health.check.enabled else "",
