@@ -236,9 +236,7 @@ def test_the_preemption_signal_is_spelled_for_the_clusters_slurm(
     assert "\nos: debian12\n" in text
     cluster.write_text(text.replace("\nos: debian12\n", f"\nos: {os}\n"))
     assert group_vars(load_cluster(cluster).resolved)["slurm_common_release"] == release
-    settings = {
-        k: v for line in conf(rendered(cluster)["slurm/slurm.conf"]) if len(line) == 1 for k, v in line.items()
-    }
+    settings = {k: v for line in conf(rendered(cluster)["slurm/slurm.conf"]) if len(line) == 1 for k, v in line.items()}
     key, value = setting
     assert settings[key] == value
     other = "PreemptParameters" if key == "SchedulerParameters" else "SchedulerParameters"
