@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import Cancelled, Refused
-from .run import OnUpdate, Outcome, RunOptions, RunResult, cluster_inventory, one_line, run_playbook, target_hosts
+from .run import (
+    OnUpdate,
+    Outcome,
+    RunOptions,
+    RunResult,
+    cluster_inventory,
+    matching,
+    one_line,
+    run_playbook,
+    target_hosts,
+)
 from .validate.load import LoadedCluster
 
 HEALTH_PLAYBOOK = "health.yml"
@@ -102,10 +112,7 @@ def sweep(
     could not start, Cancelled when it was interrupted."""
     extra = dict(extra_vars or {})
     inventory = cluster_inventory(loaded)
-    nodes = target_hosts(inventory, "gpu_nodes")
-    if limit:
-        limited = set(target_hosts(inventory, limit))
-        nodes = [node for node in nodes if node in limited]
+    nodes = matching(inventory, target_hosts(inventory, "gpu_nodes"), limit)
     if not nodes:
         raise Refused(f"no GPU node in cluster {loaded.model.name!r} matches")
     options = RunOptions(playbook=HEALTH_PLAYBOOK, limit=",".join(nodes), extra_vars=extra)

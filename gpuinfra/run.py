@@ -173,6 +173,14 @@ def target_hosts(inventory: Mapping[str, Any], limit: str | None = None) -> list
     return [host for host in order if host in matched]
 
 
+def matching(inventory: Mapping[str, Any], hosts: list[str], limit: str | None) -> list[str]:
+    """Those of `hosts` that `limit` matches, in their order; all of them when there is no limit."""
+    if not limit:
+        return hosts
+    wanted = set(target_hosts(inventory, limit))
+    return [host for host in hosts if host in wanted]
+
+
 def _collection_folders() -> list[str]:
     """Where Ansible looks for collections by its own configuration (~/.ansible/collections unless the user set
     ANSIBLE_COLLECTIONS_PATH or ansible.cfg), then wherever this Python finds bundled ones (the `ansible` package)."""

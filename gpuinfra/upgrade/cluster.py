@@ -17,7 +17,7 @@ import hostlist
 
 from ..errors import Refused
 from ..model.grammar import duration_seconds
-from ..run import RunError, cluster_inventory, target_hosts
+from ..run import RunError, cluster_inventory, matching, target_hosts
 from ..validate.load import LoadedCluster
 from .executor import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from .journal import Entry, Journal, JournalBusy, State
@@ -66,12 +66,9 @@ def plan_upgrade(
     model = loaded.model
     inventory = cluster_inventory(loaded)  # built once: at fleet scale it is most of the start-up
     all_gpu = target_hosts(inventory, "gpu_nodes")
-    nodes = all_gpu
-    if limit:
-        limited = set(target_hosts(inventory, limit))
-        nodes = [node for node in nodes if node in limited]
-        if not nodes:
-            raise Refused(f"--limit {limit!r} matches no GPU node of cluster {model.name!r}")
+    nodes = matching(inventory, all_gpu, limit)
+    if not nodes and limit:
+        raise Refused(f"--limit {limit!r} matches no GPU node of cluster {model.name!r}")
     handed_over: list[str] = []
     operator = model.kubernetes.gpu_operator if model.kubernetes else None
     if operator is not None and operator.driver == "operator":
