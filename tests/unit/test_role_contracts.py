@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -230,3 +232,22 @@ def test_the_prolog_writes_where_the_exporter_reads() -> None:
     folder = DcgmExporter().job_mapping_dir
     assert defaults["slurm_common_job_mapping_dir"][1] == folder
     assert defaults["dcgm_exporter_hpc_job_mapping_dir"][1] == folder
+
+
+def test_roles_need_the_ansible_core_the_project_supports() -> None:
+    """meta/runtime.yml and every role's min_ansible_version name the oldest ansible-core that pyproject.toml allows."""
+    requirement = next(
+        item
+        for item in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if item.startswith("ansible-core")
+    )
+    oldest = re.search(r">=([0-9.]+)", requirement)
+    assert oldest is not None, requirement
+    runtime = _yaml(ROOT / "meta" / "runtime.yml")["requires_ansible"]
+    assert runtime.startswith(f">={oldest[1]}.0"), runtime
+    stale = [
+        role
+        for role in ROLES
+        if str(_yaml(ROOT / "roles" / role / "meta" / "main.yml")["galaxy_info"]["min_ansible_version"]) != oldest[1]
+    ]
+    assert stale == []
