@@ -339,22 +339,22 @@ def test_promtool_accepts_the_web_config_shape(tmp_path: Path) -> None:
         ]
     )
     assert made.returncode == 0, made.stderr
-    for role in ("node_exporter", "alertmanager", "dcgm_exporter", "prometheus"):
-        source = (ROOT / "roles" / role / "templates" / "web-config.yml.j2").read_text()
-        variables = {
-            "ansible_managed": "test",
-            f"{role}_tls_cert_file": str(tmp_path / "host.crt"),
-            f"__{role}_tls": True,
-            f"__{role}_tls_key": str(tmp_path / "host.key"),
-            f"{role}_basic_auth": True,
-            f"{role}_basic_auth_user": "prometheus",
-            f"__{role}_basic_auth_hash": "$2b$10$" + "a" * 53,
-        }
-        text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
-        (tmp_path / f"{role}.yml").write_text(str(text))
-        checked = run([str(PROMTOOL), "check", "web-config", str(tmp_path / f"{role}.yml")])
-        assert checked.returncode == 0, role + checked.stdout + checked.stderr
-        assert yaml_load(str(text))["basic_auth_users"] == {"prometheus": "$2b$10$" + "a" * 53}
+    source = (ROOT / "roles" / "monitoring_web" / "templates" / "web-config.yml.j2").read_text()
+    variables = {
+        "ansible_managed": "test",
+        "monitoring_web_tls_cert_file": str(tmp_path / "host.crt"),
+        "__monitoring_web_tls": True,
+        "monitoring_web_tls_key": str(tmp_path / "host.key"),
+        "monitoring_web_basic_auth": True,
+        "monitoring_web_basic_auth_user": "prometheus",
+        "__monitoring_web_basic_auth_hash": "$2b$10$" + "a" * 53,
+    }
+    text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
+    (tmp_path / "web.yml").write_text(str(text))
+    checked = run([str(PROMTOOL), "check", "web-config", str(tmp_path / "web.yml")])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert yaml_load(str(text))["basic_auth_users"] == {"prometheus": "$2b$10$" + "a" * 53}
+    assert yaml_load(str(text))["tls_server_config"]["key_file"] == str(tmp_path / "host.key")
 
 
 # --- the Slurm state collector --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ Read from the roles' own task files, for every task that is not run on the contr
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,13 +49,33 @@ def _tasks(items: list[dict[str, Any]] | None, on_controller: bool = False) -> I
             yield task, local
 
 
+_INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
+_SIMPLE = re.compile(r"^\{\{ ([A-Za-z_][A-Za-z0-9_]*) \}\}$")
+
+
+def _included(task: dict[str, Any], on_controller: bool) -> list[tuple[dict[str, Any], bool]]:
+    """The tasks of a role another role includes (monitoring_web), written in the includer's variables: what they
+    write is the includer's to watch."""
+    module = next((name for name in _INCLUDES if name in task), None)
+    if module is None:
+        return []
+    role = task[module]["name"].removeprefix("gpuinfra.cluster.")
+    text = json.dumps(YAML(typ="safe").load((ROOT / "roles" / role / "tasks" / "main.yml").read_text()))
+    for name, value in task.get("vars", {}).items():
+        simple = _SIMPLE.match(str(value))
+        if simple:
+            text = re.sub(rf"\b{name}\b", simple[1], text)
+    return list(_tasks(json.loads(text), on_controller))
+
+
 def _role_tasks(role: str) -> list[tuple[dict[str, Any], bool]]:
     yaml = YAML(typ="safe")
-    return [
+    pairs = [
         pair
         for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml"))
         for pair in _tasks(yaml.load(path.read_text()))
     ]
+    return pairs + [pair for task, local in pairs for pair in _included(task, local)]
 
 
 def _covered(dest: str, loop: Any, watch: list[str] | str) -> bool:
