@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from . import catalog
 from .hostlists import expand_hosts
-from .model import Cluster, NodeGroup
+from .model import SLURM_ROLES, Cluster, NodeGroup
 
 
 def expand_gpu_indices(selector: str, count: int) -> list[int]:
@@ -53,6 +54,18 @@ class ResolvedCluster:
     @property
     def gpu_hosts(self) -> list[Host]:
         return [h for h in self.hosts.values() if h.gpu_count]
+
+    def slurm_release(self) -> str:
+        """The oldest Slurm release among the Slurm hosts, by the OS archives gpuinfra knows; "" where one runs an
+        OS without those facts."""
+        releases = []
+        for host in self.hosts.values():
+            if SLURM_ROLES & set(host.roles):
+                release = catalog.os_release(host.os)
+                if release is None:
+                    return ""
+                releases.append(release.slurm_release)
+        return min(releases, key=catalog.SLURM_RELEASES.index, default="")
 
 
 def _group_hosts(name: str, group: NodeGroup, cluster: Cluster) -> list[Host]:

@@ -7,7 +7,17 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import Model
-from .grammar import DecayHalfLife, Duration, Name, NonNegativeInt, PositiveInt, SlurmTime, Text, UnixName
+from .grammar import (
+    DecayHalfLife,
+    Duration,
+    HostlistExpr,
+    Name,
+    NonNegativeInt,
+    PositiveInt,
+    SlurmTime,
+    Text,
+    UnixName,
+)
 
 # Slurm keeps a suspended job's GRES: a job waiting for GPUs never suspends one that holds them (seen on slurmctld
 # 22.05: the preemptor stays pending for Resources while a cancel or requeue frees the GPUs at once).
@@ -76,6 +86,24 @@ class Priority(Model):
     """PriorityDecayHalfLife in Slurm's days-hours form."""
 
 
+Hosts = Annotated[list[HostlistExpr], Field(min_length=1, max_length=1000)] | HostlistExpr
+
+# The switch gpuinfra puts above the leaves, so that a job that allows it (no --switches) may span them.
+ROOT_SWITCH = "root"
+
+
+class Topology(Model):
+    """Where the nodes sit on the network, for Slurm to place a multi-node job's nodes close together. One kind per
+    cluster: leaf switches (topology/tree) or NVLink blocks (topology/block)."""
+
+    leaves: Annotated[dict[Name, Hosts], Field(max_length=1000)] = {}
+    """InfiniBand leaf switches: each one's name and the hosts under it (`gpu[01-16]`). Every Slurm compute host
+    is under exactly one; a root switch above them all lets a job span leaves unless it asks for `--switches=1`."""
+    blocks: Annotated[dict[Name, Hosts], Field(max_length=1000)] = {}
+    """NVLink domains (Slurm 23.11 and later): each block's name and its hosts; Slurm places a job inside one
+    block where it fits. Every Slurm compute host is in exactly one."""
+
+
 class Slurm(Model):
     cluster_name: Name | None = None
     """Defaults to the cluster's name."""
@@ -90,6 +118,8 @@ class Slurm(Model):
     """Job accounting through slurmdbd and MariaDB (needs a host with the slurm_dbd role)."""
     gres_autodetect: Literal["off", "nvml"] = "off"
     """`nvml` only where the installed Slurm is built with NVML; Debian 12's and 13's slurmd are not."""
+    topology: Topology | None = None
+    """Leaf switches or NVLink blocks, written to topology.conf (TopologyPlugin=topology/tree or topology/block)."""
     cgroups: bool = True
     """Track and confine jobs with cgroups (ConstrainDevices: a job sees only its GPUs). false tracks jobs without
     them, with no device confinement, for hosts where Slurm cannot write the cgroup tree (unprivileged containers)."""

@@ -3,7 +3,8 @@
 The cluster file stays the single source of truth: the resized cluster is a new file, written into the sandbox's
 state folder beside its keys, which `up` then brings up and `apply` converges. It is the given file with its one
 emulated GPU node group holding N hosts, named and addressed on from the group's first host (gpu01 at .11 gives
-gpu01..gpuNN at .11 onwards); comments and everything else are kept as written.
+gpu01..gpuNN at .11 onwards); comments and everything else are kept as written, but for a Slurm topology, where
+the new hosts join the leaf (or block) of the group's last host and the hosts taken away leave theirs.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import hostlist
 from ruamel.yaml import YAML
 
+from ..hostlists import expand_hosts
 from ..validate.load import load_cluster
 from .spec import SandboxConfigError, check_state_folder, sandbox_spec
 
@@ -57,6 +60,11 @@ def resized(path: str | Path, gpu_nodes: int, image: str) -> Path:
     entry = data["node_groups"][group]
     entry["hosts"] = f"{prefix}[{names[0][len(prefix) :]}-{names[-1][len(prefix) :]}]"
     entry["addresses"] = addresses
+    old = [h.name for h in loaded.resolved.hosts.values() if h.group == group]
+    topology = (data.get("slurm") or {}).get("topology") or {}
+    for kind in ("leaves", "blocks"):
+        if topology.get(kind):
+            _place(topology[kind], old, names)
     # As the source file resolves them (relative to its folder), since the new file lives elsewhere.
     data["connection"]["ssh_key"] = str(spec.ssh_key)
     data["connection"]["known_hosts_file"] = str(spec.known_hosts)
@@ -65,3 +73,16 @@ def resized(path: str | Path, gpu_nodes: int, image: str) -> Path:
     with out.open("w") as fh:
         yaml.dump(data, fh)
     return out
+
+
+def _place(members: dict[str, Any], old: list[str], new: list[str]) -> None:
+    """Rewrite a topology's leaves or blocks for the group's new hosts: those gone leave, and those added join the
+    member that holds the group's last old host; a member left with no host goes."""
+    added, gone = [n for n in new if n not in old], set(old) - set(new)
+    home = next((name for name, hosts in members.items() if old[-1] in expand_hosts(hosts)), None)
+    for name, hosts in list(members.items()):
+        kept = [h for h in expand_hosts(hosts) if h not in gone] + (added if name == home else [])
+        if kept:
+            members[name] = hostlist.collect_hostlist(kept)
+        else:
+            del members[name]

@@ -5,7 +5,9 @@ releases that talk to each other."""
 from __future__ import annotations
 
 from .. import catalog
+from ..hostlists import HostlistError, expand_hosts
 from ..model import SLURM_ROLES, Cluster
+from ..model.slurm import ROOT_SWITCH
 from ..resolve import Host, ResolvedCluster
 from .diagnostics import Diagnostics, suggest
 
@@ -30,6 +32,7 @@ def check(rc: ResolvedCluster, report: Diagnostics) -> None:
         report.error(("slurm", "accounting"), "needs a host with the slurm_dbd role; add one or set accounting: false")
     _partitions(model, report)
     _shards(model, report)
+    _topology(rc, report)
     _qos(model, report)
     _accounts(model, report)
     _capacity(rc, report)
@@ -47,6 +50,59 @@ def _shards(model: Cluster, report: Diagnostics) -> None:
             report.error(where, "shards are Slurm's GPU sharing, and this group has no slurm_compute role")
         if group.mig:
             report.error(where, "shards share whole GPUs, and this group's GPUs are MIG slices (mig:): choose one")
+
+
+# topology/block arrived in Slurm 23.11.
+BLOCKS_SINCE = "23.11"
+
+
+def _topology(rc: ResolvedCluster, report: Diagnostics) -> None:
+    """Each Slurm compute host sits under exactly one leaf (or in one block), and a leaf names only those hosts:
+    slurmctld cannot place a node that no switch reaches, and a node under two switches is ambiguous."""
+    assert rc.model.slurm is not None
+    topology = rc.model.slurm.topology
+    if topology is None:
+        return
+    where = ("slurm", "topology")
+    if topology.leaves and topology.blocks:
+        report.error(where, "one kind of topology per cluster: leaves (topology/tree) or blocks (topology/block)")
+        return
+    kind, members = ("leaves", topology.leaves) if topology.leaves else ("blocks", topology.blocks)
+    if not members:
+        report.error(where, "give the leaf switches (leaves:) or the NVLink blocks (blocks:) and their hosts")
+        return
+    release = rc.slurm_release()
+    if (
+        kind == "blocks"
+        and release
+        and catalog.SLURM_RELEASES.index(release) < catalog.SLURM_RELEASES.index(BLOCKS_SINCE)
+    ):
+        report.error((*where, kind), f"blocks need Slurm {BLOCKS_SINCE} or later; this cluster's Slurm is {release}")
+    if kind == "leaves" and ROOT_SWITCH in members:
+        report.error((*where, kind, ROOT_SWITCH), f"{ROOT_SWITCH!r} is the switch gpuinfra puts above the leaves")
+    compute = {host.name for host in rc.with_role("slurm_compute")}
+    placed: dict[str, str] = {}
+    for name, hosts in members.items():
+        try:
+            names = expand_hosts(hosts)
+        except HostlistError as exc:
+            report.error((*where, kind, name), str(exc))
+            continue
+        for host in names:
+            if host not in compute:
+                what = "is not a Slurm compute host" if host in rc.hosts else "is not a host of this cluster"
+                report.error((*where, kind, name), f"{host} {what}; {suggest(host, sorted(compute))}")
+            elif host in placed:
+                report.error((*where, kind, name), f"{host} is already under {placed[host]!r}: a host sits in one")
+            else:
+                placed[host] = name
+    missing = sorted(compute - set(placed))
+    if missing:
+        report.error(
+            (*where, kind),
+            f"every Slurm compute host must be placed, and {len(missing)} are not: {', '.join(missing[:5])}"
+            + (" ..." if len(missing) > 5 else ""),
+        )
 
 
 def _partitions(model: Cluster, report: Diagnostics) -> None:

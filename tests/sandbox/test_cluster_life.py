@@ -6,7 +6,7 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 1. converge;
 2. a job per team, within its limits (nlp's GPU quota, normal's per-job and per-user limits), and preemption as
    configured (a scavenger job requeued, a spot job cancelled);
-3. a fourth GPU node added while a job runs;
+3. a fourth GPU node added while a job runs; then two-node jobs placed by the leaf switches (topology);
 4. a driver upgrade to another real version (535.261.03 -> 535.309.01, bookworm-security): a canary, then a window
    of 2, each node restarted, a job running on the canary, and gpuinfra killed mid-run and run again;
 5. a kernel update on gpu01: unattended-upgrades installs bookworm-backports' kernel, as a site that follows
@@ -321,6 +321,42 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         assert code == 2 and doc["failures"] == [], doc["failures"]
         assert {c["host"] for c in doc["changes"]} == {"ctl01", *life.nodes}, doc["changes"]
     assert finished(job)[:2] == ("COMPLETED", "0:0")
+
+
+def nodes(job: str) -> str:
+    return ok("ctl01", f"squeue --noheader --jobs={job} --format=%N").strip()
+
+
+def test_3_b_two_node_jobs_kept_under_one_leaf_switch(life: Life) -> None:
+    """cluster.yml's leaves: gpu[01-02] under leaf1, gpu[03-04] under leaf2 (gpu04 joined in step 3), a root switch
+    above both. A node is held by a job on both its CPUs (no GPU, so no team limit applies)."""
+    with sampled(life):
+        held = [sbatch("bob", "--partition=nlp", "--nodelist=gpu02", "--cpus-per-task=2")]
+        wait_for(held[0], "RUNNING")
+        # gpu01, gpu03 and gpu04 are free: one switch means leaf2's two, where the lowest-numbered pair would span.
+        one_leaf = sbatch("alice", "--nodes=2", "--switches=1")
+        wait_for(one_leaf, "RUNNING")
+        assert nodes(one_leaf) == "gpu[03-04]"
+        ok("ctl01", f"scancel {one_leaf}")
+
+        # With gpu04 held too, the free gpu01 and gpu03 span both leaves: the job waits for a leaf to free up...
+        held.append(sbatch("bob", "--partition=nlp", "--nodelist=gpu04", "--cpus-per-task=2"))
+        wait_for(held[1], "RUNNING")
+        waiting = sbatch("alice", "--nodes=2", "--switches=1@10:00")
+        time.sleep(15)
+        assert state(waiting) == ("PENDING", "Resources"), state(waiting)
+        ok("ctl01", f"scancel {held[1]}")
+        wait_for(waiting, "RUNNING")
+        assert nodes(waiting) == "gpu[03-04]"
+        ok("ctl01", f"scancel {waiting}")
+
+        # ... while a job that allows any number of switches spans the leaves through the root switch.
+        held.append(sbatch("bob", "--partition=nlp", "--nodelist=gpu04", "--cpus-per-task=2"))
+        wait_for(held[2], "RUNNING")
+        spanning = sbatch("alice", "--nodes=2")
+        wait_for(spanning, "RUNNING")
+        assert nodes(spanning) == "gpu[01,03]"
+        ok("ctl01", f"scancel {spanning} {' '.join(held)}")
 
 
 def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(life: Life, tmp_path: Path) -> None:

@@ -258,6 +258,18 @@ def test_gpu_nodes_resizes_the_emulated_group_and_keeps_the_rest(tmp_path: Path)
     assert spec.ssh_key == tmp_path / "state" / "id_ed25519"  # relative paths still name the source's folder
 
 
+def test_gpu_nodes_grow_and_shrink_the_slurm_topology(tmp_path: Path) -> None:
+    """New hosts join the leaf of the group's last host; hosts taken away leave theirs, and an emptied leaf goes."""
+    leaves = "slurm:\n  topology: {leaves: {leaf1: gpu1, leaf2: gpu2}}\n"
+    source = write(tmp_path, SMALL.replace("slurm:\n", leaves))
+    grown = load_cluster(resized(source, 4, "img")).model.slurm
+    assert grown is not None and grown.topology is not None
+    assert grown.topology.leaves == {"leaf1": "gpu1", "leaf2": "gpu[2-4]"}
+    shrunk = load_cluster(resized(source, 1, "img")).model.slurm
+    assert shrunk is not None and shrunk.topology is not None
+    assert shrunk.topology.leaves == {"leaf1": "gpu1"}
+
+
 @pytest.mark.parametrize(
     ("gpu_nodes", "expected"),
     [(0, "--gpu-nodes must be 1 to 200, not 0"), (250, "--gpu-nodes must be 1 to 200, not 250")],

@@ -241,3 +241,25 @@ def test_the_preemption_signal_is_spelled_for_the_clusters_slurm(
     assert settings[key] == value
     other = "PreemptParameters" if key == "SchedulerParameters" else "SchedulerParameters"
     assert other not in settings
+
+
+def test_blocks_render_topology_block_on_a_current_slurm(tmp_path: Path) -> None:
+    """NVLink blocks (Slurm 23.11+, here Debian 13's 24.11): TopologyPlugin=topology/block, one BlockName per block
+    and no switches."""
+    text = SMALL.read_text().replace("\nos: debian12\n", "\nos: debian13\n")
+    leaves = '    leaves:\n      ib-leaf1: a100-[01-04]\n      ib-leaf2: ["a100-[05-08]", "l40s-[01-02]"]\n'
+    assert leaves in text
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(text.replace(leaves, '    blocks:\n      nvl1: a100-[01-08]\n      nvl2: "l40s-[01-02]"\n'))
+    files = rendered(cluster)
+    assert {"TopologyPlugin": "topology/block"} in conf(files["slurm/slurm.conf"])
+    assert conf(files["slurm/topology.conf"]) == [
+        {"BlockName": "nvl1", "Nodes": "a100-[01-08]"},
+        {"BlockName": "nvl2", "Nodes": "l40s-[01-02]"},
+    ]
+
+
+def test_no_topology_leaves_the_plugin_unset() -> None:
+    text = rendered(MODEL)
+    assert "TopologyPlugin" not in text["slurm/slurm.conf"]
+    assert conf(text["slurm/topology.conf"]) == []

@@ -17,11 +17,10 @@ from typing import Any
 
 import hostlist
 
-from ... import catalog
 from ...hostlists import expand_hosts
-from ...model import SLURM_ROLES, Cluster, NodeGroup
+from ...model import Cluster, NodeGroup
 from ...model.grammar import duration_seconds
-from ...model.slurm import Account, Qos, Slurm
+from ...model.slurm import ROOT_SWITCH, Account, Qos, Slurm
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
@@ -32,6 +31,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     # As a compute node has it: there it names the GPUs slurmd offers.
     Artifact("slurm/gres.conf", "slurm_common", "gres.conf.j2", "slurm_compute"),
     Artifact("slurm/cgroup.conf", "slurm_common", "cgroup.conf.j2", "slurm_controller"),
+    Artifact("slurm/topology.conf", "slurm_common", "topology.conf.j2", "slurm_controller"),
 )
 
 COMPUTE_ROLE = "slurm_compute"
@@ -207,17 +207,20 @@ def accounts(slurm: Slurm) -> list[dict[str, Any]]:
     return [one(name, slurm.accounts[name]) for name in ordered]
 
 
-def slurm_release(rc: ResolvedCluster) -> str:
-    """The oldest Slurm release among the cluster's Slurm hosts, by the OS archives gpuinfra knows; "" where one
-    runs an OS without those facts (slurm.conf then takes a current Slurm's spelling)."""
-    releases = []
-    for host in rc.hosts.values():
-        if SLURM_ROLES & set(host.roles):
-            release = catalog.os_release(host.os)
-            if release is None:
-                return ""
-            releases.append(release.slurm_release)
-    return min(releases, key=catalog.SLURM_RELEASES.index, default="")
+def topology(slurm: Slurm) -> dict[str, Any]:
+    """topology.conf: the plugin (tree, block or "" for none) and its lines, with hostlists compressed. Leaves get
+    a root switch above them all, so that a job may span leaves unless it asks for fewer switches."""
+    if slurm.topology is None:
+        return {"plugin": "", "switches": [], "blocks": []}
+    leaves, blocks = slurm.topology.leaves, slurm.topology.blocks
+    switches: list[dict[str, str]] = [{"name": n, "nodes": _hostlist(expand_hosts(h))} for n, h in leaves.items()]
+    if switches:
+        switches.append({"name": ROOT_SWITCH, "switches": ",".join(leaves)})
+    return {
+        "plugin": "tree" if leaves else "block",
+        "switches": switches,
+        "blocks": [{"name": n, "nodes": _hostlist(expand_hosts(h))} for n, h in blocks.items()],
+    }
 
 
 def def_mem_per_cpu(model: Cluster) -> int:
@@ -261,7 +264,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
             "decay_half_life": priority.decay_half_life,
         },
         "slurm_common_preempt_mode": slurm.preempt_mode,
-        "slurm_common_release": slurm_release(rc),
+        "slurm_common_topology": topology(slurm),
+        "slurm_common_release": rc.slurm_release(),
         "slurm_common_def_mem_per_cpu": def_mem_per_cpu(model),
         "slurm_common_job_mapping_dir": mapping,
         "slurm_common_health_check_program": HEALTH_CHECK_PROGRAM if model.health.check.enabled else "",
