@@ -102,8 +102,9 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         state = args.get("state")
         if state == "probe":
+            join = {key: args.pop(key, None) for key in ("group_prefix", "left_out", "guards")}
             if task_vars.get("gpuinfra_full"):
-                return {**result, "changed": False, "fresh": [], "stale": {}}
+                return self._joined({**result, "changed": False, "fresh": [], "stale": {}}, join, task_vars)
             given = {
                 key[len(INPUTS_PREFIX) :]: inputs_digest(value, task_vars)
                 for key, value in task_vars.items()
@@ -122,7 +123,24 @@ class ActionModule(ActionBase):
             args["secrets"] = self._secret_digests([str(path) for path in args.get("secrets") or []], task_vars)
         else:
             raise AnsibleActionFail("state must be record or probe")
-        return {**result, **self._execute_module("gpuinfra.cluster.receipt", module_args=args, task_vars=task_vars)}
+        result.update(self._execute_module("gpuinfra.cluster.receipt", module_args=args, task_vars=task_vars))
+        return self._joined(result, join, task_vars) if state == "probe" and not result.get("failed") else result
+
+    def _joined(self, result: dict[str, Any], join: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+        """Put the host in the group of each role skipped on it (the module's group_prefix): one task per host,
+        where a group_by would cost one per role."""
+        prefix = join.get("group_prefix") or ""
+        if not prefix:
+            return result
+        skipped = set(result.get("fresh") or []) | set(join.get("left_out") or [])
+        skipped |= {role for role, guarded in (join.get("guards") or {}).items() if set(guarded) <= skipped}
+        groups = [prefix + role for role in sorted(skipped)]
+        host = str(task_vars.get("inventory_hostname"))
+        if hasattr(ActionBase, "add_host"):  # ansible-core 2.21 and later ask the controller's inventory directly
+            self.add_host(host, parent_group_names=groups)
+        else:  # ansible-core 2.20 reads the result, as it does add_host's
+            result["add_host"] = {"host_name": host, "groups": groups, "host_vars": {}}
+        return result
 
     @staticmethod
     def _secret_digests(paths: list[str], task_vars: dict[str, Any]) -> dict[str, str]:

@@ -112,10 +112,36 @@ options:
     description: Where receipts are kept.
     type: path
     default: /var/lib/gpuinfra/receipts
+  group_prefix:
+    description:
+      - With O(state=probe), put the host, on the controller, in the group O(group_prefix)ROLE of each fresh role, of
+        each role in O(left_out), and of each role of O(guards) whose guarded roles are all fresh, so that the plays
+        of those roles leave it out (their hosts pattern C(gpu_nodes:!gpuinfra_fresh_nvidia_driver)). Empty joins
+        no group.
+      - Read by the action plugin; the groups live in this run's inventory only.
+    type: str
+    default: ""
+  left_out:
+    description: With O(group_prefix), roles the cluster leaves out on this host, skipped as if fresh.
+    type: list
+    elements: str
+    default: []
+  guards:
+    description:
+      - With O(group_prefix), a role that only guards others (its checks come before their installs), mapped to
+        those roles; it is skipped where all of them are fresh.
+    type: dict
+    default: {}
 author: gpuinfra maintainers
 """
 
 EXAMPLES = r"""
+- name: Read every receipt, and leave each host out of the plays of its fresh roles
+  gpuinfra.cluster.receipt:
+    state: probe
+    group_prefix: gpuinfra_fresh_
+    guards: {gpu_preflight: [nvidia_driver, nvidia_container_toolkit]}
+
 - name: Record what this role converged
   gpuinfra.cluster.receipt:
     state: record

@@ -122,6 +122,19 @@ def test_a_recorded_role_is_fresh_and_its_receipt_is_root_only(host: Host) -> No
     assert "s3cret" not in receipt.read_text()  # only the secret's digest is kept
 
 
+def test_the_probe_puts_the_host_in_the_group_of_each_skipped_role(host: Host) -> None:
+    """One task per host: the fresh role, the roles left out, and a guard whose roles are all skipped."""
+    probe = host.probe()
+    probe["gpuinfra.cluster.receipt"] |= {
+        "group_prefix": "fresh_",
+        "left_out": ["absent"],
+        "guards": {"checks": ["demo", "absent"], "other_checks": ["demo", "stale"]},
+    }
+    groups = {"ansible.builtin.debug": {"var": "group_names"}}
+    _, _, seen = host.run(host.record(), probe, groups)
+    assert seen["group_names"] == ["fresh_absent", "fresh_checks", "fresh_demo"]
+
+
 def _remove_managed_folder(h: Host) -> None:
     for p in h.managed.parent.iterdir():
         p.unlink()
