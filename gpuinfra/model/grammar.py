@@ -114,6 +114,9 @@ HostlistExpr = Annotated[
     ),
 ]
 
+Hosts = Annotated[list[HostlistExpr], Field(min_length=1, max_length=1000)] | HostlistExpr
+"""One hostlist expression or a list of them: a node group's hosts, a leaf switch's."""
+
 NAME_PATTERN = r"[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?"
 Name = Annotated[
     str,

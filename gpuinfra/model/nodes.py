@@ -13,8 +13,8 @@ from .grammar import (
     ControllerPath,
     GpuModelName,
     GpuSelector,
-    HostlistExpr,
     Hostname,
+    Hosts,
     LabelKey,
     LabelValue,
     LayoutName,
@@ -83,7 +83,7 @@ class MigAssignment(Model):
 
 
 class NodeGroup(Model):
-    hosts: Annotated[list[HostlistExpr], Field(min_length=1, max_length=1000)] | HostlistExpr
+    hosts: Hosts
     """Hostlist expression(s), e.g. `gpu[01-16]` or `[ctl01, login01]`."""
     addresses: dict[Hostname, Address] = {}
     """Address to reach each host at, when its name does not resolve."""

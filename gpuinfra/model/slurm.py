@@ -10,7 +10,7 @@ from .base import Model
 from .grammar import (
     DecayHalfLife,
     Duration,
-    HostlistExpr,
+    Hosts,
     Name,
     NonNegativeInt,
     PositiveInt,
@@ -85,8 +85,6 @@ class Priority(Model):
     decay_half_life: DecayHalfLife = "7-0"
     """PriorityDecayHalfLife in Slurm's days-hours form."""
 
-
-Hosts = Annotated[list[HostlistExpr], Field(min_length=1, max_length=1000)] | HostlistExpr
 
 # The switch gpuinfra puts above the leaves, so that a job that allows it (no --switches) may span them.
 ROOT_SWITCH = "root"
