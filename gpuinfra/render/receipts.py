@@ -6,7 +6,10 @@ has not drifted. So the digest must change whenever anything the role could read
 - the value of every inventory variable whose name appears anywhere in those role files (an identifier scan: it
   may count a variable the role never reads, which only costs a skipped skip, never a missed change);
 - the groups the host is in;
-- for a role that reads `groups` or `hostvars`, the members of every group, or the named variables of every host.
+- for a role that reads `groups`, the members of the groups it names (`groups['slurm_controller']`), or of every
+  group where it reads them any other way;
+- for a role that reads another host's `hostvars`, the named variables of every host (`hostvars[inventory_hostname]`
+  is the host's own, already counted).
 
 Facts are not inputs: what a role reads from the host itself is the state its receipt watches.
 
@@ -39,6 +42,8 @@ NAMES: str = _PROTOCOL.NAMES
 RECEIPT_MODULE = "gpuinfra.cluster.receipt"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
+_GROUP_SUBSCRIPT = re.compile(r"""\bgroups\[\s*(['"])([\w.-]+)\1\s*\]""")
+_OWN_HOSTVARS = re.compile(r"\bhostvars\[\s*inventory_hostname\s*\]")
 _DIGEST_LENGTH = 24  # 96 bits: no collision between two states of one role on one host
 
 
@@ -80,6 +85,25 @@ def _role_sources(role: str) -> tuple[str, str]:
             digest.update(f"{path.relative_to(ROOT)}\0".encode() + data + b"\0")
             texts.append(data.decode(errors="replace"))
     return digest.hexdigest(), "\n".join(texts)
+
+
+def _code(text: str) -> str:
+    """The text less its comment lines (YAML, Jinja line comments, shell): a word there is never read."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def group_reads(text: str) -> frozenset[str] | None:
+    """The inventory groups whose members a role's text may read: those it subscripts by name, or None (every
+    group) where it reads `groups` any other way."""
+    code = _code(text)
+    if re.search(r"\bgroups\b", _GROUP_SUBSCRIPT.sub("", code)):
+        return None
+    return frozenset(match[1] for match in _GROUP_SUBSCRIPT.findall(code))
+
+
+def reads_other_hosts(text: str) -> bool:
+    """Whether a role's text may read another host's variables: any `hostvars` but the host's own."""
+    return re.search(r"\bhostvars\b", _OWN_HOSTVARS.sub("", _code(text))) is not None
 
 
 @cache
@@ -134,12 +158,13 @@ def receipt_inputs(
         identifiers = set(_IDENTIFIER.findall(text))
         names = sorted(identifiers & known)
         group_values = {g: {n: v[n] for n in names if n in v} for g, (_, v) in node_groups.items()}
+        read_groups = group_reads(text)
         base = _digest(
             _code_digest(),
             files,
             {name: shared[name] for name in names if name in shared},
-            groups if "groups" in identifiers else None,
-            [group_values, own, node_group_of] if "hostvars" in identifiers else None,
+            groups if read_groups is None else {name: groups.get(name, []) for name in sorted(read_groups)},
+            [group_values, own, node_group_of] if reads_other_hosts(text) else None,
         )
         seen: dict[tuple[Any, ...], str] = {}
         for host, variables in own.items():

@@ -1,5 +1,5 @@
 """Each role's inputs digest on each host changes exactly when something the role could read changes: a variable it
-names, the groups (for roles that read them), another host's variables (for roles that read hostvars)."""
+names, the groups it reads, another host's variables (for roles that read hostvars)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
 from gpuinfra.render.inventory import inventory_yaml
-from gpuinfra.render.receipts import HOST_INPUTS, HOST_MARK, INPUTS_PREFIX, receipt_roles
+from gpuinfra.render.receipts import (
+    HOST_INPUTS,
+    HOST_MARK,
+    INPUTS_PREFIX,
+    group_reads,
+    reads_other_hosts,
+    receipt_roles,
+)
 from gpuinfra.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +74,14 @@ def test_a_new_driver_version_changes_only_the_roles_that_read_it() -> None:
     assert not roles & {"munge", "slurm_dbd", "slurm_accounting", "alertmanager", "grafana"}
 
 
-def test_a_new_gpu_node_leaves_the_driver_of_the_others_alone_but_reaches_slurm_conf_and_prometheus() -> None:
+# The roles the site playbook runs on a configless GPU node (slurm_common runs on the controller only).
+GPU_NODE_ROLES = {
+    "nvidia_driver", "nvidia_container_toolkit", "gpu_health", "kernel_updates", "munge", "slurm_compute",
+    "node_exporter", "dcgm_exporter", "monitoring_tls", "mig",
+}  # fmt: skip
+
+
+def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm_conf_and_prometheus() -> None:
     data = copy.deepcopy(SANDBOX)
     gpu = data["node_groups"]["gpu"]
     gpu["hosts"] = "gpu[01-03]"
@@ -75,8 +89,20 @@ def test_a_new_gpu_node_leaves_the_driver_of_the_others_alone_but_reaches_slurm_
     before, after = digests(SANDBOX), digests(data)
     differs = changed(before, after)
     assert set(after) == {"ctl01", "gpu01", "gpu02", "gpu03"}
-    assert ("gpu01", "nvidia_driver") not in differs and ("gpu02", "nvidia_container_toolkit") not in differs
-    assert {("ctl01", "slurm_common"), ("gpu01", "slurm_common"), ("ctl01", "prometheus")} <= differs
+    assert GPU_NODE_ROLES & set(receipt_roles()) >= {"nvidia_driver", "slurm_compute", "node_exporter"}
+    assert {(host, role) for host, role in differs if host != "ctl01"} & {
+        (host, role) for host in ("gpu01", "gpu02") for role in GPU_NODE_ROLES
+    } == set()
+    assert {("ctl01", "slurm_common"), ("ctl01", "prometheus")} <= differs
+
+
+def test_a_role_that_names_its_groups_reads_only_those() -> None:
+    assert group_reads("x: \"{{ groups['slurm_controller'] | first }}\"") == {"slurm_controller"}
+    assert group_reads("# the groups of a service\nx: 1") == frozenset()
+    assert group_reads('loop: "{{ groups[item] }}"') is None
+    assert group_reads('x: "{{ groups | length }}"') is None
+    assert not reads_other_hosts("a: \"{{ hostvars[inventory_hostname]['ansible_host'] }}\"")
+    assert reads_other_hosts("a: \"{{ hostvars[item]['ansible_host'] }}\"")
 
 
 def test_an_unrelated_setting_leaves_every_gpu_node_role_alone() -> None:
