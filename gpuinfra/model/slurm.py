@@ -121,3 +121,7 @@ class Slurm(Model):
     cgroups: bool = True
     """Track and confine jobs with cgroups (ConstrainDevices: a job sees only its GPUs). false tracks jobs without
     them, with no device confinement, for hosts where Slurm cannot write the cgroup tree (unprivileged containers)."""
+    configless: bool = True
+    """slurmd (and sackd on login nodes, from Slurm 23.11) fetch slurm.conf and the rest from slurmctld, so only
+    the controller keeps them: adding a node rewrites no other host. MIG node groups, and login nodes whose Slurm
+    has no sackd, still keep a copy. false writes the files on every Slurm host."""

@@ -107,7 +107,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
 
 
 def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
-    """Inventory group -> hosts: one group per role (even when empty, so plays can target it) and gpu_nodes."""
+    """Inventory group -> hosts: one group per role (even when empty, so plays can target it), gpu_nodes and the
+    groups the concerns add (slurm_config)."""
     out: dict[str, list[str]] = {role: [] for role in ROLES}
     out[GPU_NODES] = []
     # Filled during a run by playbooks/receipts.yml; present and empty, so plays that leave them out find them.
@@ -117,6 +118,9 @@ def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
             out[role].append(host.name)
         if host.gpu_count:
             out[GPU_NODES].append(host.name)
+    for module in concern_modules():
+        if hasattr(module, "inventory_groups"):
+            out.update(module.inventory_groups(rc))
     return out
 
 
@@ -139,7 +143,12 @@ def split_host_vars(
     inventory several times faster (it copies and tags every value of the file). Node groups whose names meet in
     one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable. `cluster_vars` are the `all`
     group's (group_vars), which the receipts' digests cover too."""
-    own = {name: host_vars(host) for name, host in rc.hosts.items()}
+    per_group: dict[str, dict[str, Any]] = {}
+    for module in concern_modules():
+        if hasattr(module, "node_group_vars"):
+            for group, variables in module.node_group_vars(rc).items():
+                per_group.setdefault(group, {}).update(variables)
+    own = {name: {**host_vars(host), **per_group.get(host.group, {})} for name, host in rc.hosts.items()}
     members: dict[str, list[str]] = {}
     for name, resolved in rc.hosts.items():
         members.setdefault(resolved.group, []).append(name)

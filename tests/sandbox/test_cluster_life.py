@@ -312,6 +312,7 @@ def test_2_a_job_per_team_within_its_limits_and_preempted_as_configured(life: Li
 
 def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     job = submit("bob", "nlp", "gpu01", 150)
+    slurmd = {node: slurmd_pid(node) for node in life.nodes}
     with sampled(life):
         up = gpuinfra("sandbox", "up", str(LIFE), "--gpu-nodes", "4", "--json")
         assert up.returncode == 0, up.stderr
@@ -319,8 +320,14 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         life.nodes.append("gpu04")
         code, doc = apply_json(life)
         assert code == 2 and doc["failures"] == [], doc["failures"]
-        assert {c["host"] for c in doc["changes"]} == {"ctl01", *life.nodes}, doc["changes"]
+        # Configless: the new node and the controller change; no other node's role runs, nor its slurmd restarts.
+        assert {c["host"] for c in doc["changes"]} == {"ctl01", "gpu04"}, doc["changes"]
+        assert {node: slurmd_pid(node) for node in slurmd} == slurmd
     assert finished(job)[:2] == ("COMPLETED", "0:0")
+
+
+def slurmd_pid(node: str) -> str:
+    return ok(node, "systemctl show --property=MainPID --value slurmd.service").strip()
 
 
 def nodes(job: str) -> str:
@@ -546,10 +553,12 @@ DRIFT = {
               "systemctl is-enabled prometheus-node-exporter && systemctl is-active prometheus-node-exporter"),
     "gpu01": ("chmod 0755 /etc/munge && apt-mark unhold libnvidia-ml1", 'test "$(stat -c %a /etc/munge)" = 700 '
               "&& apt-mark showhold | grep -qx libnvidia-ml1"),
-    # nvidia-smi alone, off the pin (its libraries stay), as a half-finished upgrade leaves it.
-    "gpu02": ("echo DebugFlags=Gres >> /etc/slurm/slurm.conf && cd /tmp && apt-get download -q "
-              f"nvidia-smi={OLD}-1 && dpkg -i --force-depends nvidia-smi_*.deb && rm -f nvidia-smi_*.deb",
-              "! grep -q DebugFlags=Gres /etc/slurm/slurm.conf && test -z \"$(dpkg --audit)\" && "
+    # A slurm.conf copy on a configless node, which its client commands would read instead of slurmd's fetched
+    # one; and nvidia-smi alone, off the pin (its libraries stay), as a half-finished upgrade leaves it.
+    "gpu02": ("cp /run/slurm/conf/slurm.conf /etc/slurm/ && echo DebugFlags=Gres >> /etc/slurm/slurm.conf && "
+              f"cd /tmp && apt-get download -q nvidia-smi={OLD}-1 && dpkg -i --force-depends nvidia-smi_*.deb && "
+              "rm -f nvidia-smi_*.deb",
+              "test ! -e /etc/slurm/slurm.conf && test -z \"$(dpkg --audit)\" && "
               f"dpkg-query -W -f '${{Version}}' nvidia-smi | grep -q '^{NEW}'"),
     "gpu03": ("systemctl mask --now prometheus-node-exporter && head -c 1024 /dev/urandom > /etc/munge/munge.key "
               "&& systemctl restart munge", "systemctl is-active prometheus-node-exporter"),

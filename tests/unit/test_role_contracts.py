@@ -213,7 +213,7 @@ def test_the_prolog_writes_where_the_exporter_reads() -> None:
     """One job-mapping folder: the model's, the Slurm prolog's and the DCGM exporter's defaults."""
     defaults = role_defaults()
     folder = DcgmExporter().job_mapping_dir
-    assert defaults["slurm_common_job_mapping_dir"][1] == folder
+    assert defaults["slurm_compute_job_mapping_dir"][1] == folder
     assert defaults["dcgm_exporter_hpc_job_mapping_dir"][1] == folder
 
 

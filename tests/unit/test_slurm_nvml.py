@@ -1,6 +1,6 @@
 """gres_autodetect nvml is refused on a Slurm without its NVML plugin (Debian 12's), and accepted with it.
 
-The slurm_common role's check (its tasks/nvml.yml, with the role's variables) runs through ansible-runner on this
+The slurm_compute role's check (its tasks/nvml.yml, with the role's variables) runs through ansible-runner on this
 machine against a plugin folder of the test's own.
 """
 
@@ -27,13 +27,13 @@ def check(tmp_path: Path, plugin_dir: Path) -> tuple[Outcome, str]:
         "  tasks:\n"
         "    - name: Run the role's check\n"
         "      ansible.builtin.include_role:\n"
-        f"        name: {ROOT / 'roles' / 'slurm_common'}\n"
+        f"        name: {ROOT / 'roles' / 'slurm_compute'}\n"
         "        tasks_from: nvml.yml\n"
     )
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     result = run_playbook(
         {"all": {"hosts": {"node": local}}},
-        RunOptions(playbook=playbook, extra_vars={"slurm_common_plugin_dir": str(plugin_dir)}),
+        RunOptions(playbook=playbook, extra_vars={"slurm_compute_plugin_dir": str(plugin_dir)}),
     )
     return result.outcome, " ".join(failure.message for failure in result.failures)
 

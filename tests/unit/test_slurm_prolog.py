@@ -16,16 +16,16 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "roles" / "slurm_common" / "templates"
+TEMPLATES = ROOT / "roles" / "slurm_compute" / "templates"
 
 
 def script(tmp_path: Path, name: str, mapping_dir: str, health_check: str = "") -> Path:
     """The rendered script; `health_check` names the program the prolog runs first (on_job_start), "" none."""
     source = (TEMPLATES / f"{name}.sh.j2").read_text()
     variables = {
-        "slurm_common_job_mapping_dir": mapping_dir,
-        "slurm_common_health_check_program": health_check,
-        "slurm_common_health_check_on_job_start": bool(health_check),
+        "slurm_compute_job_mapping_dir": mapping_dir,
+        "slurm_compute_health_check_program": health_check,
+        "slurm_compute_health_check_on_job_start": bool(health_check),
         "ansible_managed": "test",
     }
     text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))

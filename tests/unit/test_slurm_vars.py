@@ -152,16 +152,17 @@ def test_memory_default_is_the_smallest_share() -> None:
 
 
 def test_job_mapping_follows_the_exporter() -> None:
-    assert slurm.group_vars(resolve(_cluster()))["slurm_common_job_mapping_dir"] == "/var/lib/dcgm-exporter/job-mapping"
+    default = slurm.group_vars(resolve(_cluster()))
+    assert default["slurm_compute_job_mapping_dir"] == "/var/lib/dcgm-exporter/job-mapping"
     without = _cluster(monitoring={"components": ["node_exporter"]})
-    assert slurm.group_vars(resolve(without))["slurm_common_job_mapping_dir"] == ""
+    assert slurm.group_vars(resolve(without))["slurm_compute_job_mapping_dir"] == ""
 
 
 def test_prolog_writes_where_the_exporter_reads() -> None:
     """One folder: the prolog and epilog write the configured job mapping folder, not a built-in one."""
     moved = _cluster(monitoring={"components": ["dcgm_exporter"], "dcgm_exporter": {"job_mapping_dir": "/srv/jobmap"}})
     variables = group_vars(resolve(moved))
-    assert variables["slurm_common_job_mapping_dir"] == "/srv/jobmap"
+    assert variables["slurm_compute_job_mapping_dir"] == "/srv/jobmap"
     assert variables["dcgm_exporter_hpc_job_mapping_dir"] == "/srv/jobmap"
 
 
@@ -263,3 +264,34 @@ def test_no_topology_leaves_the_plugin_unset() -> None:
     text = rendered(MODEL)
     assert "TopologyPlugin" not in text["slurm/slurm.conf"]
     assert conf(text["slurm/topology.conf"]) == []
+
+
+def _config_hosts(**changes: Any) -> list[str]:
+    groups: dict[str, Any] = {
+        "head": {"hosts": "ctl", "roles": ["slurm_controller", "slurm_dbd"]},
+        "gpu": {"hosts": "gpu[01-02]", "roles": ["slurm_compute"], "gpu": {"model": "H100-SXM5-80GB", "count": 1}},
+        "sliced": {
+            "hosts": "mig01",
+            "roles": ["slurm_compute"],
+            "gpu": {"model": "H100-SXM5-80GB", "count": 1},
+            "mig": [{"gpus": "all", "layout": "halves"}],
+        },
+        "login12": {"hosts": "login01", "roles": ["slurm_login"], "os": "debian12"},
+        "login13": {"hosts": "login02", "roles": ["slurm_login"], "os": "debian13"},
+    }
+    model = _cluster(node_groups=groups, mig={"layouts": {"halves": {"3g.40gb": 2}}}, **changes)
+    return slurm.inventory_groups(resolve(model))[slurm.CONFIG_GROUP]
+
+
+def test_configless_keeps_the_files_only_where_they_cannot_be_fetched() -> None:
+    """The controller serves them; slurmd fetches them, and sackd from Slurm 23.11 (Debian 13). A MIG node keeps
+    its own, for the gres.conf that includes its slices."""
+    assert _config_hosts() == ["ctl", "mig01", "login01"]
+    configless_off = {"partitions": {"all": {"node_groups": ["gpu"]}}, "configless": False}
+    assert _config_hosts(slurm=configless_off) == ["ctl", "gpu01", "gpu02", "mig01", "login01", "login02"]
+
+
+def test_each_compute_group_gets_its_own_node_definition_without_names() -> None:
+    model = _cluster()
+    assert slurm.node_group_vars(resolve(model)) == {"gpu": {"slurm_compute_node": {"gres": ["gpu:h100:1"]}}}
+    assert "SlurmctldParameters=enable_configless" in rendered(SMALL)["slurm/slurm.conf"]

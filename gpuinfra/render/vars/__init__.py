@@ -1,9 +1,10 @@
 """Per-concern mappings from the model to role variables.
 
 Each module here exposes `group_vars(rc) -> dict` (role-prefixed variables for the `all` group), optionally
-`host_vars(host) -> dict` (settings that differ per host), and `ARTIFACTS` (files `gpuinfra plan` renders from that
-concern's role templates). Every value is plain data: the inventory hands each string to Ansible as unsafe, so
-nothing here is ever evaluated as a template.
+`host_vars(host) -> dict` (settings that differ per host), `node_group_vars(rc) -> {node group: dict}` (settings
+that differ per node group), `inventory_groups(rc) -> {group: hosts}` (groups beyond one per role), and
+`ARTIFACTS` (files `gpuinfra plan` renders from that concern's role templates). Every value is plain data: the
+inventory hands each string to Ansible as unsafe, so nothing here is ever evaluated as a template.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 
 import hostlist
 
+from ... import catalog
 from ...hostlists import expand_hosts
 from ...model import Cluster, NodeGroup
 from ...model.grammar import duration_seconds
@@ -35,6 +36,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
 )
 
 COMPUTE_ROLE = "slurm_compute"
+CONTROLLER_ROLE = "slurm_controller"
+LOGIN_ROLE = "slurm_login"
+# The hosts that keep the Slurm configuration files; configless hosts fetch them from slurmctld.
+CONFIG_GROUP = "slurm_config"
+# The first release whose login nodes fetch the configuration with sackd.
+SACKD_RELEASE = "23.11"
 # Where the gpu_health role installs the node health check (its __gpu_health_program).
 HEALTH_CHECK_PROGRAM = "/usr/local/sbin/gpuinfra-health"
 
@@ -104,8 +111,13 @@ def _node_line(group: NodeGroup, gres: list[str]) -> dict[str, Any]:
 
 def nodes(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
     """One NodeName line per compute node group, with its whole GPUs and MIG slices as GRES."""
+    return list(_node_lines(rc, gpus).values())
+
+
+def _node_lines(rc: ResolvedCluster, gpus: GpuGres) -> dict[str, dict[str, Any]]:
+    """Compute node group -> its NodeName line."""
     types = gres_types(rc.model)
-    out = []
+    out = {}
     for name, group in _compute_groups(rc.model).items():
         gres: list[str] = []
         if group.gpu is not None:
@@ -114,8 +126,43 @@ def nodes(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
             gres += [f"gpu:{s['type']}:{s['count']}" for s in slices]
             if whole and group.gpu.shards:
                 gres.append(f"shard:{len(whole) * group.gpu.shards}")
-        out.append(_node_line(group, gres))
+        out[name] = _node_line(group, gres)
     return out
+
+
+def node_group_vars(rc: ResolvedCluster) -> dict[str, dict[str, Any]]:
+    """Compute node group -> its definition in slurm.conf without its names, which slurm_compute keeps beside
+    slurmd's options: a change restarts that group's slurmd, and a new node in another group changes nothing."""
+    if rc.model.slurm is None:
+        return {}
+    lines = _node_lines(rc, gpu_gres(rc))
+    return {
+        name: {"slurm_compute_node": {key: value for key, value in line.items() if key != "names"}}
+        for name, line in lines.items()
+    }
+
+
+def inventory_groups(rc: ResolvedCluster) -> dict[str, list[str]]:
+    """slurm_config: the hosts that keep the configuration files. The controller serves them; configless compute
+    nodes fetch them with slurmd, and login nodes with sackd from Slurm 23.11. MIG node groups keep theirs, since
+    their gres.conf includes the slices the driver made on each node."""
+    slurm = rc.model.slurm
+    if slurm is None:
+        return {CONFIG_GROUP: []}
+    newest = catalog.SLURM_RELEASES.index(SACKD_RELEASE)
+    hosts = []
+    for host in rc.hosts.values():
+        roles = set(host.roles)
+        release = catalog.os_release(host.os)
+        sackd = release is not None and catalog.SLURM_RELEASES.index(release.slurm_release) >= newest
+        keeps = (
+            CONTROLLER_ROLE in roles
+            or (COMPUTE_ROLE in roles and (not slurm.configless or bool(host.mig_layouts)))
+            or (LOGIN_ROLE in roles and COMPUTE_ROLE not in roles and not (slurm.configless and sackd))
+        )
+        if keeps:
+            hosts.append(host.name)
+    return {CONFIG_GROUP: hosts}
 
 
 def gres(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
@@ -245,6 +292,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     cluster = slurm.cluster_name or model.name
     priority = slurm.priority
     mapping = job_mapping_dir(model)
+    health_check = HEALTH_CHECK_PROGRAM if model.health.check.enabled else ""
     gpus = gpu_gres(rc)
     return {
         "slurm_common_cluster_name": cluster,
@@ -267,10 +315,14 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_topology": topology(slurm),
         "slurm_common_release": rc.slurm_release(),
         "slurm_common_def_mem_per_cpu": def_mem_per_cpu(model),
-        "slurm_common_job_mapping_dir": mapping,
-        "slurm_common_health_check_program": HEALTH_CHECK_PROGRAM if model.health.check.enabled else "",
+        "slurm_common_health_check_program": health_check,
         "slurm_common_health_check_interval": duration_seconds(model.health.check.interval),
         "slurm_common_health_check_on_job_start": model.health.check.on_job_start,
+        "slurm_common_configless": slurm.configless,
+        "slurm_compute_gres_autodetect": slurm.gres_autodetect,
+        "slurm_compute_job_mapping_dir": mapping,
+        "slurm_compute_health_check_program": health_check,
+        "slurm_compute_health_check_on_job_start": model.health.check.on_job_start,
         "slurm_accounting_cluster_name": cluster,
         "slurm_accounting_qos": qos_list(slurm),
         "slurm_accounting_accounts": accounts(slurm),
