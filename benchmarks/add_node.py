@@ -3,10 +3,12 @@
 The sandbox's cluster file is resized from N to N+2 GPU nodes and both new containers are started. Then, in this
 one run:
 - the addition: `gpuinfra apply` of every host but the last new one. The first new node runs its roles in full;
-  the converged hosts run only the roles whose inputs the new nodes changed (slurm.conf, Prometheus' targets);
+  of the converged hosts, only the controller runs roles (slurm.conf, Prometheus' targets): the GPU nodes fetch
+  their Slurm configuration from slurmctld (configless), so no role of theirs reads the node list;
 - the single node: `gpuinfra apply --limit` the last new node, whose place in slurm.conf and Prometheus the
   addition already wrote: one GPU node converged from its container image alone.
-Prints both wall times, their ratio against the 1.2 target, and which hosts changed in the addition.
+Prints both wall times, their ratio against the 1.2 target, and which hosts changed in the addition (the target:
+the controller and the new node only).
 
     .venv/bin/python benchmarks/add_node.py [--image localhost/gpuinfra-debian12-nvidia]
 """
@@ -59,6 +61,8 @@ def main() -> int:
     print(f"  tasks changed per host: {changed}")
     print(f"converging {last} alone: {single_s:.1f} s")
     print(f"ratio: {add_s / single_s:.2f} (target {TARGET_RATIO})")
+    others = sorted(set(changed) - {"ctl01", f"gpu{args.gpu_nodes + 1:02d}"})
+    print(f"hosts changed besides the controller and the new node: {others or 'none'}")
     return 0
 
 

@@ -1,15 +1,16 @@
-"""What one more host costs a no-op apply: the sandbox's no-op re-apply at 2, 8 and 16 GPU nodes.
+"""What one more host costs a no-op apply: the sandbox's no-op re-apply at 2, 8, 16 and 32 GPU nodes.
 
 For each size N, in one run: `gpuinfra sandbox up --gpu-nodes N` grows the sandbox (containers that already match are
 kept) and `gpuinfra apply --yes` converges the new nodes (neither is timed); then the no-op re-apply and its floor
-(one ping per host through the same runner) are timed as in noop_reapply.py, and each GPU node container's memory
-is read from `podman stats`. Prints the figures per size, the marginal cost per host (t(16) - t(2)) / 14 against
-the 0.1 s target, the controller's CPU per host, and a straight-line extrapolation to 1,000 hosts at the same forks.
+(one ping per host through the same runner) are timed as in noop_reapply.py, with the controller's CPU of each,
+and each GPU node container's memory is read from `podman stats`. Prints the figures per size, the controller's
+CPU per host of the no-op against the ping's (target: 1.5x or less at every size), the marginal cost per host
+(t(32) - t(2)) / 30 against the 0.1 s target, and a straight-line extrapolation to 1,000 hosts at the same forks.
 
 GPU nodes start from the image given by --image (default $GPUINFRA_NODE_IMAGE, else the base image). Give it the
 DKMS-built driver image from molecule/shared/build-driver-image, so that no node builds the module again.
 
-    .venv/bin/python benchmarks/noop_scaling.py [--sizes 2 8 16] [--forks N] [--image NAME]
+    .venv/bin/python benchmarks/noop_scaling.py [--sizes 2 8 16 32] [--forks N] [--image NAME]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gpuinfra.validate.load import load_cluster
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"
 TARGET_PER_HOST_S = 0.1
+TARGET_CPU_RATIO = 1.5
 FLEET = 1000
 UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
@@ -42,6 +44,8 @@ class Size:
     cpu_s: float
     """The controller's CPU seconds in the no-op (noop_reapply.children_cpu_s)."""
     floor_s: float
+    floor_cpu_s: float
+    """The controller's CPU seconds of the ping run."""
 
 
 def memory_mb(containers: list[str]) -> list[float]:
@@ -61,7 +65,7 @@ def memory_mb(containers: list[str]) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 16], help="GPU node counts, ascending")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 16, 32], help="GPU node counts, ascending")
     parser.add_argument("--forks", type=int, help="forks of the timed runs (default: gpuinfra's)")
     parser.add_argument("--image", default=os.environ.get("GPUINFRA_NODE_IMAGE") or DEFAULT_IMAGE)
     args = parser.parse_args()
@@ -72,13 +76,17 @@ def main() -> int:
         gpuinfra("apply", "--yes", str(cluster))  # not timed: converges the nodes this size added
         cpu_before = children_cpu_s()
         noop_s, result = reapply(cluster, args.forks)
-        row = Size(size, len(result.hosts), noop_s, children_cpu_s() - cpu_before, floor(cluster, args.forks))
+        cpu_after = children_cpu_s()
+        floor_s = floor(cluster, args.forks)
+        row = Size(size, len(result.hosts), noop_s, cpu_after - cpu_before, floor_s, children_cpu_s() - cpu_after)
         spec = sandbox_spec(load_cluster(cluster), args.image)
         gpu_mb = memory_mb([c.name for c in spec.containers if c.gpus])
         changed = sum(stats.changed for stats in result.hosts.values())
         print(
             f"N={size:3d} GPU nodes ({row.hosts} hosts): no-op {row.noop_s:6.1f} s "
-            f"(controller CPU {row.cpu_s:5.1f} s), floor {row.floor_s:5.1f} s, "
+            f"(controller CPU {row.cpu_s:5.1f} s), floor {row.floor_s:5.1f} s (CPU {row.floor_cpu_s:5.1f} s), "
+            f"CPU per host {row.cpu_s / row.hosts:.2f} s against the ping's {row.floor_cpu_s / row.hosts:.2f} s: "
+            f"{row.cpu_s / row.floor_cpu_s:.2f}x (target {TARGET_CPU_RATIO}x), "
             f"changed {changed}, outcome {result.outcome.value}; memory per GPU node "
             f"{sum(gpu_mb) / len(gpu_mb):.0f} MB mean, {max(gpu_mb):.0f} MB max",
             flush=True,
