@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
         "down": "remove the containers, the network and the generated keys",
         "status": "list the hosts and their containers' state",
     }
-    default_image = os.environ.get(IMAGE_ENV) or sandbox.DEFAULT_IMAGE
+    default_image = os.environ.get(IMAGE_ENV) or None
     for action, text in helps.items():
         sub = actions.add_parser(action, help=text, description=text)
         sub.add_argument(
@@ -49,8 +49,8 @@ def register(subparsers: Any) -> None:
             sub.add_argument(
                 "--image",
                 default=default_image,
-                help=f"image of every host (default: ${IMAGE_ENV} or {sandbox.DEFAULT_IMAGE}); "
-                "the default one is built when missing",
+                help=f"image of every host (default: ${IMAGE_ENV}, else each host's base image for its os, "
+                "such as localhost/gpuinfra-debian13, built when missing)",
             )
         add_json(sub)
         sub.set_defaults(func=run)

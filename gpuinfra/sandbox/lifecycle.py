@@ -19,7 +19,7 @@ from ..errors import GpuinfraError
 from ..render.vars.health import EMULATED_KERNEL_LOG
 from ..validate.load import load_cluster
 from . import access, tools
-from .image import DEFAULT_IMAGE, ensure_image
+from .image import PLATFORMS, ensure_image
 from .podman import (
     PodmanError,
     containers_labelled,
@@ -96,21 +96,24 @@ class SandboxResult:
         }
 
 
-def load_spec(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxSpec:
+def load_spec(path: str | Path, image: str | None = None) -> SandboxSpec:
     return sandbox_spec(load_cluster(path), image)
 
 
-def up(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
-    """Make the sandbox of a cluster file exist and accept SSH; returns what changed."""
+def up(path: str | Path, image: str | None = None) -> SandboxResult:
+    """Make the sandbox of a cluster file exist and accept SSH; returns what changed. Without `image`, each host
+    runs the base image of its `os`, built when podman lacks it."""
     tools.require(tools.LIFECYCLE_TOOLS)
     spec = load_spec(path, image)
     check_state_folder(spec, path)
     changes: list[str] = []
-    if image == DEFAULT_IMAGE:
-        if ensure_image(image).built:
-            changes.append(f"built image {image}")
+    if image is None:
+        used = {c.image for c in spec.containers}
+        for platform in PLATFORMS.values():
+            if platform.image in used and ensure_image(platform.image, suite=platform.suite).built:
+                changes.append(f"built image {platform.image}")
     elif not image_exists(image):
-        raise SandboxError(f"image {image} does not exist; build it first, or leave out --image to use {DEFAULT_IMAGE}")
+        raise SandboxError(f"image {image} does not exist; build it first, or leave out --image for the base image")
     access.ensure_state_dir(spec.state_dir)
     COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
     if access.ensure_keypair(spec.ssh_key):
@@ -164,7 +167,7 @@ def _check_names(spec: SandboxSpec) -> None:
             ) from exc
 
 
-def status(path: str | Path, image: str = DEFAULT_IMAGE) -> SandboxResult:
+def status(path: str | Path, image: str | None = None) -> SandboxResult:
     tools.require(("podman",))
     spec = load_spec(path, image)
     return _result(spec, path, [])

@@ -26,7 +26,7 @@ MAX_GPU_NODES = 200
 SUFFIX = "-gpu-nodes.yml"
 
 
-def resized(path: str | Path, gpu_nodes: int, image: str) -> Path:
+def resized(path: str | Path, gpu_nodes: int, image: str | None = None) -> Path:
     """Write the cluster file of `path` with `gpu_nodes` emulated GPU nodes; return the new file's path."""
     source = Path(path)
     if not 1 <= gpu_nodes <= MAX_GPU_NODES:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import GpuinfraError
 from ..render.vars.health import EMULATED_GPU_TOOLS
 from ..validate.load import LoadedCluster
+from .image import PLATFORMS
 
 # Labels mark what the sandbox made, so `down` removes exactly that and `up` never adopts someone else's container.
 LABEL = "gpuinfra.sandbox"
@@ -79,8 +80,9 @@ class SandboxSpec:
         return self.ssh_key.parent
 
 
-def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
-    """The sandbox a loaded cluster file describes; raises SandboxConfigError naming every problem at once."""
+def sandbox_spec(loaded: LoadedCluster, image: str | None = None) -> SandboxSpec:
+    """The sandbox a loaded cluster file describes; raises SandboxConfigError naming every problem at once. Each
+    host runs `image`, or without one the base image of its own `os` (localhost/gpuinfra-debian13)."""
     model = loaded.model
     conn = model.connection
     problems: list[str] = []
@@ -120,6 +122,12 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
             f"the hosts' addresses span {len(subnets)} /24 networks "
             f"({', '.join(sorted(map(str, subnets)))}); put them all in one"
         )
+    if image is None:
+        problems += [
+            f"host {h.name}: os {h.os} has no sandbox image; the sandbox runs {' and '.join(PLATFORMS)}"
+            for h in loaded.resolved.hosts.values()
+            if h.os not in PLATFORMS
+        ]
     subnet = next(iter(subnets)) if subnets else ipaddress.IPv4Network("10.213.42.0/24")
     gateway = subnet.network_address + 1
     for name, address in addresses.items():
@@ -130,7 +138,13 @@ def sandbox_spec(loaded: LoadedCluster, image: str) -> SandboxSpec:
 
     accounts = model.slurm.accounts if model.slurm else {}
     containers = [
-        ContainerSpec(host=h.name, name=f"{model.name}-{h.name}", address=h.address, gpus=h.gpu_count, image=image)
+        ContainerSpec(
+            host=h.name,
+            name=f"{model.name}-{h.name}",
+            address=h.address,
+            gpus=h.gpu_count,
+            image=image or PLATFORMS[h.os].image,
+        )
         for h in loaded.resolved.hosts.values()
     ]
     return SandboxSpec(

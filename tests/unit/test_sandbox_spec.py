@@ -66,6 +66,24 @@ def test_one_container_per_host_with_fake_gpus_matching_the_group(tmp_path: Path
     assert spec.state_dir == tmp_path / "state"
 
 
+def test_each_host_runs_the_base_image_of_its_os_unless_one_is_given(tmp_path: Path) -> None:
+    text = (
+        SMALL.replace("name: tiny\n", "name: tiny\nos: debian13\n")
+        .replace('"535.261.03"', '"550.163.01"')
+        .replace(
+            "node_groups:\n",
+            "node_groups:\n  mon: {hosts: mon1, addresses: {mon1: 10.77.1.8}, roles: [monitoring], os: debian12}\n",
+        )
+    )
+    path = write(tmp_path, text)
+    images = [c.image for c in sandbox_spec(load_cluster(path)).containers]
+    assert images == ["localhost/gpuinfra-debian12"] + ["localhost/gpuinfra-debian13"] * 3
+    assert {c.image for c in sandbox_spec(load_cluster(path), "localhost/img").containers} == {"localhost/img"}
+    ubuntu = write(tmp_path, SMALL.replace("name: tiny\n", "name: tiny\nos: ubuntu24.04\n"))
+    with pytest.raises(SandboxConfigError, match=r"host head1: os ubuntu24\.04 has no sandbox image"):
+        sandbox_spec(load_cluster(ubuntu))
+
+
 def test_podman_run_arguments(tmp_path: Path) -> None:
     spec = sandbox_spec(load_cluster(write(tmp_path, SMALL)), "localhost/img")
     gpu1 = spec.containers[1]
