@@ -312,7 +312,7 @@ def test_2_a_job_per_team_within_its_limits_and_preempted_as_configured(life: Li
 
 def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     job = submit("bob", "nlp", "gpu01", 150)
-    slurmd = {node: slurmd_pid(node) for node in life.nodes}
+    slurmd = {node: slurmd_started(node) for node in life.nodes}
     with sampled(life):
         up = gpuinfra("sandbox", "up", str(LIFE), "--gpu-nodes", "4", "--json")
         assert up.returncode == 0, up.stderr
@@ -322,12 +322,13 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         assert code == 2 and doc["failures"] == [], doc["failures"]
         # Configless: the new node and the controller change; no other node's role runs, nor its slurmd restarts.
         assert {c["host"] for c in doc["changes"]} == {"ctl01", "gpu04"}, doc["changes"]
-        assert {node: slurmd_pid(node) for node in slurmd} == slurmd
+        assert {node: slurmd_started(node) for node in slurmd} == slurmd
     assert finished(job)[:2] == ("COMPLETED", "0:0")
 
 
-def slurmd_pid(node: str) -> str:
-    return ok(node, "systemctl show --property=MainPID --value slurmd.service").strip()
+def slurmd_started(node: str) -> str:
+    """When slurmd's unit last became active: a restart moves it."""
+    return ok(node, "systemctl show --property=ActiveEnterTimestampMonotonic --value slurmd.service").strip()
 
 
 def nodes(job: str) -> str:
