@@ -97,7 +97,7 @@ def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm
 
 
 def test_a_role_that_names_its_groups_reads_only_those() -> None:
-    assert group_reads("x: \"{{ groups['slurm_controller'] | first }}\"") == {"slurm_controller"}
+    assert group_reads("x: \"{{ groups['slurm_controller'] | first }}\"") == frozenset({"slurm_controller"})
     assert group_reads("# the groups of a service\nx: 1") == frozenset()
     assert group_reads('loop: "{{ groups[item] }}"') is None
     assert group_reads('x: "{{ groups | length }}"') is None
