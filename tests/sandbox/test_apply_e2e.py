@@ -209,7 +209,7 @@ def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them
     assert (code, full["changes"], full["failures"]) == (0, [], [])
     for host in ("ctl01", "gpu01", "gpu02"):
         assert plain["hosts"][host]["ok"] * 3 < full["hosts"][host]["ok"], (plain["hosts"], full["hosts"])
-    receipts = [f"/var/lib/gpuinfra/receipts/{role}.json" for role in ("nvidia_driver", "munge", "slurm_common")]
+    receipts = [f"/var/lib/gpuinfra/receipts/{role}.json" for role in ("nvidia_driver", "munge", "slurm_compute")]
     modes = on_host("gpu01", "stat", "--format=%a", "/var/lib/gpuinfra/receipts", *receipts)
     assert modes.returncode == 0, modes.stderr
     assert modes.stdout.split() == ["700", "600", "600", "600"], modes.stdout
