@@ -149,12 +149,16 @@ def inventory_groups(rc: ResolvedCluster) -> dict[str, list[str]]:
     slurm = rc.model.slurm
     if slurm is None:
         return {CONFIG_GROUP: []}
-    newest = catalog.SLURM_RELEASES.index(SACKD_RELEASE)
+    first_sackd = catalog.SLURM_RELEASES.index(SACKD_RELEASE)
+    releases = {name: catalog.os_release(name) for name in {host.os for host in rc.hosts.values()}}
+    has_sackd = {
+        name: release is not None and catalog.SLURM_RELEASES.index(release.slurm_release) >= first_sackd
+        for name, release in releases.items()
+    }
     hosts = []
     for host in rc.hosts.values():
         roles = set(host.roles)
-        release = catalog.os_release(host.os)
-        sackd = release is not None and catalog.SLURM_RELEASES.index(release.slurm_release) >= newest
+        sackd = has_sackd[host.os]
         keeps = (
             CONTROLLER_ROLE in roles
             or (COMPUTE_ROLE in roles and (not slurm.configless or bool(host.mig_layouts)))
