@@ -10,6 +10,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -96,6 +97,16 @@ options:
     description: Read-only commands (argument lists) whose output shows state the role manages elsewhere.
     type: list
     elements: list
+    default: []
+  checks:
+    description:
+      - Read-only commands that must pass for the receipt to hold, whatever they answered when it was written, such
+        as the node health program's verdict or the scheduler listing the node as in service.
+      - Each is O(argv), an argument list, and optionally O(stdout), a regular expression its whole output (spaces
+        around it stripped) must match. A check passes when it exits 0 and its output matches.
+      - A probe runs them last, and only for a role that is fresh otherwise.
+    type: list
+    elements: dict
     default: []
   stale_after:
     description:
@@ -249,6 +260,23 @@ def command_digest(argv: list[str]) -> str:
     return hashlib.sha256(done.returncode.to_bytes(2, "big", signed=True) + done.stdout).hexdigest()
 
 
+def failed_check(check: dict[str, Any]) -> str:
+    """Why a check does not pass now, or empty when it does."""
+    argv = [str(arg) for arg in check.get("argv") or []]
+    if not argv:
+        return "a check without a command"
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"check {argv[0]}: {type(exc).__name__}"
+    if done.returncode != 0:
+        return f"check {argv[0]} exited {done.returncode}"
+    pattern = check.get("stdout")
+    if pattern and re.fullmatch(pattern, done.stdout.strip()) is None:
+        return f"check {argv[0]} answered {done.stdout.strip()[:80]!r}"
+    return ""
+
+
 def expand(patterns: list[str]) -> list[str]:
     """Each path, or every path a wildcard pattern matches now."""
     found = {path for pattern in patterns for path in (glob.glob(pattern) if set("*?[") & set(pattern) else [pattern])}
@@ -331,9 +359,12 @@ def probe(module: AnsibleModule) -> dict[str, Any]:
         elif any(module.params["secrets"].get(path) != sha for path, sha in receipt.get("secrets", {}).items()):
             stale[role] = "a secret on the controller changed"
         else:
-            drift = differences(receipt.get("state", {}), watched_state(module, receipt.get("watch", {})))
-            if drift:
-                stale[role] = "; ".join(drift)
+            watch = receipt.get("watch", {})
+            drift = differences(receipt.get("state", {}), watched_state(module, watch))
+            # Checks run last, and stop at the first that fails: they may take a while (a health check).
+            failed = "; ".join(drift) or next(filter(None, map(failed_check, watch.get("checks", []))), "")
+            if failed:
+                stale[role] = failed
             else:
                 fresh.append(role)
     return {"changed": False, "fresh": fresh, "stale": stale}
@@ -343,7 +374,8 @@ def record(module: AnsibleModule) -> dict[str, Any]:
     role, inputs = module.params["role"], module.params["inputs"]
     if not role or not isinstance(inputs, str):
         module.fail_json(msg="state=record needs role and the inputs digest of that role")
-    watch = {key: module.params[key] for key in ("paths", "folders", "services", "packages", "globs", "commands")}
+    kinds = ("paths", "folders", "services", "packages", "globs", "commands", "checks")
+    watch = {key: module.params[key] for key in kinds}
     receipt = {
         "format": FORMAT,
         "role": role,
@@ -388,6 +420,7 @@ def main() -> None:
             "packages": {"type": "list", "elements": "str", "default": []},
             "globs": {"type": "list", "elements": "str", "default": []},
             "commands": {"type": "list", "elements": "list", "default": []},
+            "checks": {"type": "list", "elements": "dict", "default": []},
             "stale_after": {"type": "int"},
             "secrets_dir": {"type": "path"},
             "directory": {"type": "path", "default": "/var/lib/gpuinfra/receipts"},

@@ -43,7 +43,9 @@ class Host:
         self.units = self._state("units", "Id=demo.service\nActiveState=active\nUnitFileState=enabled\n")
         self.packages = self._state("packages", "demo\tii \t1.2-1\thold\n")
         self.command_output = self._state("command", "cluster qos normal\n")
+        self.verdict = self._state("verdict", "0 idle\n")  # the exit code and output of the `verdict` check
         self._tool("systemctl", f"cat '{self.units}'")
+        self._tool("verdict", f'read code answer < \'{self.verdict}\'; echo "$answer"; exit "$code"')
         self._tool("dpkg-query", f"cat '{self.packages}'")
 
     def _state(self, name: str, text: str) -> Path:
@@ -93,6 +95,7 @@ class Host:
                 "services": ["demo.service"],
                 "packages": ["demo"],
                 "commands": [["cat", str(self.command_output)]],
+                "checks": [{"argv": [str(self.bin / "verdict")], "stdout": "idle|mixed"}],
                 "secrets": [str(self.secret)],
             }
         }
@@ -167,6 +170,8 @@ DRIFT: dict[str, tuple[Callable[[Host], object], str]] = {
     "hold removed": (lambda h: h.packages.write_text("demo\tii \t1.2-1\tinstall\n"), "packages demo"),
     "package removed": (lambda h: h.packages.write_text(""), "packages demo"),
     "command output changed": (lambda h: h.command_output.write_text("cluster qos high\n"), "commands cat"),
+    "check fails": (lambda h: h.verdict.write_text("1 idle\n"), "check "),
+    "check answers otherwise": (lambda h: h.verdict.write_text("0 down\n"), "check "),
     "secret changed on the controller": (lambda h: h.secret.write_text("another-secret-value"), "a secret"),
     "secret gone from the controller": (lambda h: h.secret.unlink(), "a secret"),
     "receipt lost": (lambda h: (h.receipts / "demo.json").unlink(), "no receipt"),
@@ -181,6 +186,22 @@ def test_each_kind_of_drift_makes_the_role_stale(host: Host, kind: str) -> None:
     (probe,) = host.run(host.probe())
     assert probe["fresh"] == []
     assert probe["stale"]["demo"].startswith(reason), probe["stale"]
+
+
+def test_a_check_must_pass_at_each_probe_whatever_it_answered_at_record(host: Host) -> None:
+    """A check is a verdict, not a state to compare: one that failed when the receipt was written and passes now
+    leaves the role fresh, and one that passed then fails now makes it stale, saying how."""
+    host.verdict.write_text("1 down\n")
+    host.run(host.record())
+    host.verdict.write_text("0 mixed\n")
+    (probe,) = host.run(host.probe())
+    assert (probe["fresh"], probe["stale"]) == (["demo"], {})
+    host.verdict.write_text("0 drained\n")
+    (probe,) = host.run(host.probe())
+    assert probe["stale"] == {"demo": f"check {host.bin / 'verdict'} answered 'drained'"}
+    host.verdict.write_text("2 mixed\n")
+    (probe,) = host.run(host.probe())
+    assert probe["stale"] == {"demo": f"check {host.bin / 'verdict'} exited 2"}
 
 
 def test_a_bytecode_cache_beside_a_watched_library_is_no_drift(host: Host) -> None:
