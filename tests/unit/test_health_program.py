@@ -455,6 +455,21 @@ def test_a_transient_xid_fails_only_the_check_that_saw_it(node: Node) -> None:
     assert (code, verdict["action"]) == (0, "resumed")
 
 
+def test_a_read_only_check_leaves_a_transient_xid_to_the_check_that_acts(node: Node) -> None:
+    """The receipts' probe asks with --read-only at each apply: it sees the XID, and so does slurmd's check after it,
+    which drains the node."""
+    state = node.root / "state" / "s.json"
+    node.run()
+    before = state.read_bytes()
+    with node.kern_log.open("a") as log:
+        log.write("2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, x\n")
+    code, verdict = node.run("--read-only")
+    assert (code, verdict["action"], state.read_bytes()) == (1, "no action", before)
+    assert node.slurm_node["reason"] == ""
+    code, _ = node.run()
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 13 on GPU 0"
+
+
 def test_an_allowed_xid_never_drains(node: Node) -> None:
     node.config(allowed_xids=[13])
     with node.kern_log.open("a") as log:

@@ -467,9 +467,10 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         failing = []
     else:
         verdict, state, failing = check(config, state)
-        save_json(args.state, state)
+        if not args.read_only:
+            save_json(args.state, state)
     reason = drain_reason(verdict, failing, state.get("gpu_index", {})) if not verdict["healthy"] else ""
-    scheduler = "none" if args.no_action else config.get("scheduler", "none")
+    scheduler = "none" if args.no_action or args.read_only else config.get("scheduler", "none")
     name = config.get("node_name") or os.uname().nodename
     if scheduler == "slurm":
         action = slurm_act(name, verdict["healthy"], reason)
@@ -489,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"XID cursor, sticky XIDs, kept module answers and DKMS judgement (default {STATE})",
     )
     parser.add_argument("--no-action", action="store_true", help="only report; never drain, resume or taint")
+    # The receipts' probe asks this way at each apply: XIDs it sees stay new for the check that acts on them.
+    parser.add_argument(
+        "--read-only", action="store_true", help="only report, and keep no state: the next check sees the same XIDs"
+    )
     parser.add_argument("--clear-xids", action="store_true", help="forget sticky XIDs (after the GPU was repaired)")
     parser.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
     args = parser.parse_args(argv)
