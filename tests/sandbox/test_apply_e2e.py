@@ -201,10 +201,12 @@ def test_check_after_apply_reports_nothing_pending(sandbox: Path) -> None:
 
 
 def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(sandbox: Path) -> None:
-    """On the converged sandbox, a plain apply runs the probe and the checks, and ends every role whose receipt
-    holds at its first task; `--full` runs every task of every role, and finds nothing to change either."""
+    """On the converged sandbox, a plain apply costs each GPU node one task, the probe: its receipts' checks found
+    it healthy and in service. `--full` runs every task of every role, and finds nothing to change either."""
     code, plain = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert (code, plain["changes"], plain["failures"]) == (0, [], [])
+    for host in ("gpu01", "gpu02"):
+        assert plain["hosts"][host] == {**plain["hosts"][host], "ok": 1, "skipped": 0}, plain["hosts"][host]
     code, full = apply_json(sandbox, "--yes", "--full", "--detailed-exitcode")
     assert (code, full["changes"], full["failures"]) == (0, [], [])
     for host in ("ctl01", "gpu01", "gpu02"):
