@@ -23,7 +23,7 @@ from .vars import LEFT_OUT, concern_modules
 GPU_NODES = "gpu_nodes"
 FRESH_GROUP_PREFIX = "gpuinfra_fresh_"
 # Roles a cluster file may leave out that record no receipt: their plays too leave out the fresh group's hosts.
-OPTIONAL_ROLES = ("gpu_preflight", "kueue")
+OPTIONAL_ROLES = ("gpu_preflight", "kueue", "mig")
 # The header every generated file starts with (templates write `{{ ansible_managed }}`): set in the inventory, so
 # that a run writes exactly what `gpuinfra plan` shows.
 ANSIBLE_MANAGED = "Managed by gpuinfra: changes here are overwritten on the next apply."

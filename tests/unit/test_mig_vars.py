@@ -98,6 +98,17 @@ def test_emulated_gpus_turn_gpu_access_off(emulated: bool) -> None:
     assert mig_vars.host_vars(host) == ({"mig_gpu_access": False} if emulated else {})
 
 
+def test_only_gpu_nodes_without_layouts_are_left_out_of_the_mig_play() -> None:
+    """The probe keeps them out of playbooks/mig.yml, where they would only check the settings."""
+    kinds = set()
+    for example in ("slurm-mig", "slurm-small"):
+        for host in loaded(example).resolved.hosts.values():
+            kind = "gpus without layouts" if host.gpu_count and not host.mig_layouts else "other"
+            assert (mig_vars.host_vars(host).get("gpuinfra_host_roles_left_out") == ["mig"]) == (kind != "other")
+            kinds.add(kind)
+    assert kinds == {"gpus without layouts", "other"}
+
+
 def _plan(cluster: Path, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpuinfra", "plan", str(cluster), "--out", str(out)],

@@ -15,6 +15,8 @@ from types import ModuleType
 # The roles a cluster file leaves out: each concern may give some; the inventory joins them, and the receipts play
 # keeps every host out of their plays.
 LEFT_OUT = "gpuinfra_roles_left_out"
+# The roles left out on one host only (the mig role on a GPU node without layouts), joined to the above by the probe.
+HOST_LEFT_OUT = "gpuinfra_host_roles_left_out"
 # Concern modules, in the order their variables are merged.
 CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm", "monitoring")
 

@@ -22,6 +22,7 @@ from ... import mig_layouts as mig
 from ...k8s_resources import WORKER_ROLE
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
+from . import HOST_LEFT_OUT
 
 # The mig role runs on GPU hosts outside Kubernetes, in practice Slurm compute nodes; on k8s_gpu_worker hosts the
 # GPU Operator's MIG manager applies the layouts (kubernetes.py). Both files are the same for every host.
@@ -163,6 +164,9 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
 
 
 def host_vars(host: Host) -> dict[str, Any]:
-    """GPUs that are device nodes without hardware (sandbox hosts): the mig role installs the configuration and the
-    boot service there but calls neither nvidia-smi nor nvidia-mig-parted."""
-    return {"mig_gpu_access": False} if host.mig_layouts and host.gpu_emulated else {}
+    """A GPU node without layouts, which the mig role leaves alone, is left out of its play: a no-op apply costs
+    such a node nothing there. GPUs that are device nodes without hardware (sandbox hosts): the mig role installs
+    the configuration and the boot service there but calls neither nvidia-smi nor nvidia-mig-parted."""
+    if not host.mig_layouts:
+        return {HOST_LEFT_OUT: ["mig"]} if host.gpu_count else {}
+    return {"mig_gpu_access": False} if host.gpu_emulated else {}
