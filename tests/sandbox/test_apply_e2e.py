@@ -200,7 +200,9 @@ def test_check_after_apply_reports_nothing_pending(sandbox: Path) -> None:
     assert (code, doc["status"], doc["changes"]) == (0, "ok", [])
 
 
-def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(sandbox: Path) -> None:
+def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them_all(
+    sandbox: Path, converged: tuple[int, dict[str, Any]]
+) -> None:
     """On the converged sandbox, a plain apply costs each GPU node one task, the probe: its receipts' checks found
     it healthy and in service. `--full` runs every task of every role, and finds nothing to change either."""
     code, plain = apply_json(sandbox, "--yes", "--detailed-exitcode")
