@@ -205,3 +205,23 @@ def test_apply_names_a_node_its_health_check_keeps_drained(interval: int) -> Non
     wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
     done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes", "--json")
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_apply_fails_a_node_whose_gpu_broke_before_its_health_check_drained_it(interval: int) -> None:
+    """A no-op apply judges each node in its receipts' probe (`gpuinfra-health --read-only`). With slurmd paused on
+    gpu02, its health check cannot drain the node first: only that verdict can send gpu02 to the health sweep,
+    which fails it with the program's reason."""
+    assert gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes").returncode == 0
+    assert on_host("gpu02", "systemctl", "kill", "--signal=SIGSTOP", "slurmd").returncode == 0
+    try:
+        assert on_host("gpu02", SWITCH, "gpu-missing").returncode == 0
+        done = gpuinfra("apply", str(SANDBOX_CLUSTER), "--yes", "--json")
+        doc = json.loads(done.stdout)
+        assert done.returncode == 1, doc
+        [failure] = doc["failures"]
+        assert failure["host"] == "gpu02", failure
+        assert "nvidia-smi lists 1 GPU(s), the model expects 2" in failure["message"], failure
+    finally:
+        on_host("gpu02", "systemctl", "kill", "--signal=SIGCONT", "slurmd")
+        _restore()
+    wait_for("gpu02 in service", lambda: not drained(node("gpu02")[0]), 2 * interval)
