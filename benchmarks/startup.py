@@ -26,7 +26,7 @@ from ruamel.yaml import YAML
 from validate_render import cluster_file
 
 from gpuinfra.collection import link_collection
-from gpuinfra.render.plan import applicable
+from gpuinfra.render.applicable import applicable
 from gpuinfra.run import INVENTORY_PLUGIN, cluster_inventory, target_hosts
 from gpuinfra.validate.load import load_cluster
 

@@ -13,7 +13,7 @@ from typing import Any
 import hostlist
 from rich.text import Text
 
-from ..render.plan import applicable
+from ..render.applicable import applicable
 from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
 from ..validate.load import LoadedCluster
 from . import exitcodes

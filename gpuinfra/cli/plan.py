@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..render.plan import Rendered, RenderError, render
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json
 from .output import Output, print_json
+
+if TYPE_CHECKING:
+    from ..render.plan import Rendered
 
 
 def register(subparsers: Any) -> None:
@@ -30,6 +32,8 @@ def register(subparsers: Any) -> None:
 
 def _render(path: str, as_json: bool) -> list[Rendered] | int:
     """The artifacts of one cluster file, or the exit code of the error already reported."""
+    from ..render.plan import RenderError, render  # Ansible's templar: imported by this verb only
+
     output = Output("plan", as_json, path)
     loaded = output.load()
     if loaded is None:

@@ -24,9 +24,9 @@ from ruamel.yaml import YAML
 
 from ..collection import ROOT, link_collection
 from ..resolve import ResolvedCluster
+from .applicable import applicable
 from .artifacts import Artifact
 from .inventory import group_vars, groups, host_vars
-from .vars import concern_modules
 
 
 class RenderError(Exception):
@@ -71,23 +71,6 @@ def _find_the_collection() -> None:
     if AnsibleCollectionConfig.collection_finder is None:
         init_plugin_loader()
     AnsibleCollectionConfig.playbook_paths = [str(folder)]
-
-
-def artifacts() -> list[Artifact]:
-    return [artifact for module in concern_modules() for artifact in module.ARTIFACTS]
-
-
-def applicable(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[tuple[Artifact, str | None]]:
-    """The artifacts that apply to this cluster, each with the host it is rendered for (the first of its host
-    role; None for one rendered on the controller). Those whose host role has no host are left out."""
-    members = groups(rc)
-    out: list[tuple[Artifact, str | None]] = []
-    for artifact in only if only is not None else artifacts():
-        if not artifact.host_role:
-            out.append((artifact, None))
-        elif members.get(artifact.host_role):
-            out.append((artifact, members[artifact.host_role][0]))
-    return out
 
 
 def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rendered]:

@@ -151,6 +151,8 @@ def receipt_inputs(
         for host in hosts:
             host_groups.setdefault(host, []).append(name)
     node_group_of = {host: group for group, (hosts, _) in node_groups.items() for host in hosts}
+    # Hosts of one node group and the same groups get one digest per role (unless the role reads their own vars).
+    alike = {host: (node_group_of.get(host), tuple(host_groups[host])) for host in own}
     known = set(shared).union(*own.values(), *(variables for _, variables in node_groups.values()))
     out: dict[str, dict[str, str]] = {host: {HOST_INPUTS: _digest(variables)} for host, variables in own.items()}
     for role in receipt_roles():
@@ -166,13 +168,13 @@ def receipt_inputs(
             groups if read_groups is None else {name: groups.get(name, []) for name in sorted(read_groups)},
             [group_values, own, node_group_of] if reads_other_hosts(text) else None,
         )
+        read = set(names)
         seen: dict[tuple[Any, ...], str] = {}
         for host, variables in own.items():
-            group = node_group_of.get(host)
-            reads_own = not variables.keys().isdisjoint(names)
-            key = (group, tuple(host_groups[host]), reads_own)
+            key = (*alike[host], not read.isdisjoint(variables))
             if key not in seen:
+                group = key[0]
                 digest = _digest(base, host_groups[host], group_values.get(group, {}) if group else {})
-                seen[key] = digest + HOST_MARK if reads_own else digest
+                seen[key] = digest + HOST_MARK if key[-1] else digest
             out[host][INPUTS_PREFIX + role] = seen[key]
     return out

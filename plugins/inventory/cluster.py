@@ -21,15 +21,6 @@ from ansible.plugins.inventory import BaseInventoryPlugin
 from ansible.template import trust_as_template
 from ansible.utils.unsafe_proxy import wrap_var
 
-try:
-    from gpuinfra.errors import GpuinfraError, InvalidInput
-    from gpuinfra.render.inventory import inventory_yaml
-    from gpuinfra.validate.load import load_cluster
-except ImportError as exc:
-    GPUINFRA_IMPORT_ERROR: ImportError | None = exc
-else:
-    GPUINFRA_IMPORT_ERROR = None
-
 DOCUMENTATION = r"""
 ---
 name: cluster
@@ -200,11 +191,17 @@ class InventoryModule(BaseInventoryPlugin):
             cluster_file = given
         else:
             cluster_file = path
-        if GPUINFRA_IMPORT_ERROR is not None:
+        # Imported here, not at the top: a run's source names the JSON gpuinfra already wrote, and the package's
+        # import (the model's classes) would only add to the start-up of every run.
+        try:
+            from gpuinfra.errors import GpuinfraError, InvalidInput
+            from gpuinfra.render.inventory import inventory_yaml
+            from gpuinfra.validate.load import load_cluster
+        except ImportError as exc:
             raise AnsibleParserError(
                 f"{self.NAME} needs the gpuinfra Python package, of the collection's release, in the Python that "
-                f"runs Ansible ({sys.executable}); see the collection's docs/awx.md: {GPUINFRA_IMPORT_ERROR}"
-            )
+                f"runs Ansible ({sys.executable}); see the collection's docs/awx.md: {exc}"
+            ) from exc
         try:
             loaded = load_cluster(cluster_file)
         except InvalidInput as exc:

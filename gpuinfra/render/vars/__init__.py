@@ -9,6 +9,7 @@ inventory hands each string to Ansible as unsafe, so nothing here is ever evalua
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
 
@@ -21,5 +22,6 @@ HOST_LEFT_OUT = "gpuinfra_host_roles_left_out"
 CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm", "monitoring")
 
 
-def concern_modules() -> list[ModuleType]:
-    return [importlib.import_module(f"{__name__}.{name}") for name in CONCERNS]
+@functools.cache  # called per host: an import's lookup costs more than the host's variables
+def concern_modules() -> tuple[ModuleType, ...]:
+    return tuple(importlib.import_module(f"{__name__}.{name}") for name in CONCERNS)
