@@ -245,7 +245,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def test_without_the_gpuinfra_package_the_source_fails_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugin, "GPUINFRA_IMPORT_ERROR", ImportError("No module named 'gpuinfra'"))
+    monkeypatch.setitem(sys.modules, "gpuinfra.validate.load", None)  # its import now fails, as when it is missing
     with pytest.raises(AnsibleParserError, match="needs the gpuinfra Python package"):
         parse(SANDBOX)
 
