@@ -24,7 +24,8 @@ from pathlib import Path
 from noop_reapply import gpuinfra
 from noop_scaling import SANDBOX
 
-from gpuinfra.run import RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+from gpuinfra.apply import apply
+from gpuinfra.run import RunOptions, RunResult, cluster_inventory, target_hosts
 from gpuinfra.sandbox import DEFAULT_IMAGE, resized
 from gpuinfra.validate.load import load_cluster
 
@@ -34,7 +35,7 @@ TARGET_RATIO = 1.2
 def timed_apply(cluster: Path, limit: str) -> tuple[float, RunResult]:
     began = time.monotonic()
     inventory = cluster_inventory(load_cluster(cluster))
-    result = run_playbook(inventory, RunOptions(limit=limit), hosts=target_hosts(inventory, limit))
+    result = apply(inventory, RunOptions(limit=limit), hosts=target_hosts(inventory, limit))
     return time.monotonic() - began, result
 
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuinfra.apply import apply
 from gpuinfra.render.plan import render
 from gpuinfra.run import RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
 from gpuinfra.validate.load import load_cluster
@@ -51,7 +52,7 @@ def reapply(cluster: Path, forks: int | None = None) -> tuple[float, RunResult]:
     loaded = load_cluster(cluster)
     render(loaded.resolved)  # apply renders the plan before it runs
     inventory = cluster_inventory(loaded)
-    result = run_playbook(inventory, RunOptions(forks=forks), hosts=target_hosts(inventory))
+    result = apply(inventory, RunOptions(forks=forks), hosts=target_hosts(inventory))
     return time.monotonic() - began, result
 
 

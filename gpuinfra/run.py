@@ -70,6 +70,9 @@ class RunOptions:
     playbook: str | Path = DEFAULT_PLAYBOOK
     """A file name under playbooks/ (`site.yml`, `upgrade_driver.yml`) or a path to a playbook."""
     limit: str | None = None
+    only: tuple[str, ...] = ()
+    """These hosts only, by name, instead of `limit`: written to a file of the run directory that the limit names
+    (`--limit @FILE`), since 10,000 names are too long for one argument."""
     tags: tuple[str, ...] = ()
     skip_tags: tuple[str, ...] = ()
     check: bool = False
@@ -385,12 +388,16 @@ def run_playbook(
     cmdline = " ".join(flag for flag, wanted in (("--check", options.check), ("--diff", options.diff)) if wanted)
     started = time.monotonic()
     with run_directory(inventory) as run_dir, _sigint_cancels(cancelled):
+        limit = options.limit
+        if options.only:
+            _write_private(run_dir / "limit", "\n".join(options.only))
+            limit = f"@{run_dir / 'limit'}"
         runner = ansible_runner.run(
             private_data_dir=str(run_dir),
             playbook=str(playbook),
             inventory=str(run_dir / INVENTORY_SOURCE),
             envvars=_envvars(run_dir),
-            limit=options.limit,
+            limit=limit,
             tags=",".join(options.tags) or None,
             skip_tags=",".join(options.skip_tags) or None,
             forks=options.forks,

@@ -13,8 +13,9 @@ from typing import Any
 import hostlist
 from rich.text import Text
 
+from ..apply import apply
 from ..render.applicable import applicable
-from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, target_hosts
 from ..validate.load import LoadedCluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         with display(output) as on_update:
-            result = run_playbook(inventory, options, hosts=targets, on_update=on_update)
+            result = apply(inventory, options, hosts=targets, on_update=on_update)
     except RunError as exc:
         return output.fail(str(exc))
     return _result(output, args, result, targets)

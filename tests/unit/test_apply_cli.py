@@ -52,7 +52,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def no_run(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Records any attempt to run a playbook; the tests using it expect none."""
     calls: list[Any] = []
-    monkeypatch.setattr(apply_cli, "run_playbook", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(apply_cli, "apply", lambda *args, **kwargs: calls.append(args))
     return calls
 
 
@@ -221,7 +221,7 @@ def test_full_hands_the_run_gpuinfra_full(cluster: Path, monkeypatch: pytest.Mon
         seen.append(dict(options.extra_vars))
         raise run_module.RunError("stop here")
 
-    monkeypatch.setattr(apply_cli, "run_playbook", capture)
+    monkeypatch.setattr(apply_cli, "apply", capture)
     main(["apply", str(cluster), "--yes", "--full"])
     main(["apply", str(cluster), "--yes"])
     assert seen == [{"gpuinfra_full": True}, {}]
@@ -248,7 +248,7 @@ def test_apply_computes_the_role_variables_once(
     monkeypatch.setattr(inventory, "group_vars", counted)
     monkeypatch.setattr(plan, "group_vars", counted)
     monkeypatch.setattr(plan, "Templar", None)  # any template rendered here would fail
-    monkeypatch.setattr(apply_cli, "run_playbook", handed)
+    monkeypatch.setattr(apply_cli, "apply", handed)
     code, out, err = apply(capsys, str(cluster), "--yes")
     assert code == exitcodes.FAILED and "gpuinfra apply: stopped here" in err
     assert computed[0] == "apply-test" and computed[1].startswith("run with ") and len(computed) == 2
