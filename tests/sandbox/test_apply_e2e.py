@@ -204,9 +204,13 @@ def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them
     sandbox: Path, converged: tuple[int, dict[str, Any]]
 ) -> None:
     """On the converged sandbox, a plain apply costs each GPU node one task, the probe: its receipts' checks found
-    it healthy and in service. `--full` runs every task of every role, and finds nothing to change either."""
+    it healthy and in service. No play of site.yml has a host left, so site.yml is never loaded: the controller
+    adds one task, the question that found that out. `--full` runs every task of every role, and finds nothing to
+    change either."""
     code, plain = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert (code, plain["changes"], plain["failures"]) == (0, [], [])
+    assert Path(plain["playbook"]).name == "pending.yml", plain["hosts"]
+    assert plain["hosts"]["ctl01"] == {**plain["hosts"]["ctl01"], "ok": 2, "skipped": 0}, plain["hosts"]["ctl01"]
     for host in ("gpu01", "gpu02"):
         assert plain["hosts"][host] == {**plain["hosts"][host], "ok": 1, "skipped": 0}, plain["hosts"][host]
     code, full = apply_json(sandbox, "--yes", "--full", "--detailed-exitcode")
