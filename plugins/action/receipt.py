@@ -22,8 +22,10 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.receipt_protocol import (
     HOST_INPUTS,
     HOST_MARK,
+    HOST_ROLES_LEFT_OUT,
     INPUTS_PREFIX,
     NAMES,
+    ROLES_LEFT_OUT,
 )
 
 # The key those values are digested with (HMAC-SHA256), made once in the controller's secrets folder: what a host
@@ -103,6 +105,8 @@ class ActionModule(ActionBase):
         state = args.get("state")
         if state == "probe":
             join = {key: args.pop(key, None) for key in ("group_prefix", "left_out", "guards")}
+            if join["left_out"] is None:  # read here rather than templated in the task: a template costs each host
+                join["left_out"] = [*(task_vars.get(ROLES_LEFT_OUT) or []), *(task_vars.get(HOST_ROLES_LEFT_OUT) or [])]
             if task_vars.get("gpuinfra_full"):
                 return self._joined({**result, "changed": False, "fresh": [], "stale": {}}, join, task_vars)
             given = {

@@ -16,3 +16,7 @@ host's HOST_INPUTS."""
 NAMES = "gpuinfra_receipt_variables"
 """Inventory variable: role -> the public role variables its files read. Their values in the run, from any source
 (the inventory, group_vars and host_vars, ansible-vault, -e, an AWX survey), are inputs too."""
+ROLES_LEFT_OUT = "gpuinfra_roles_left_out"
+"""Inventory variable: the roles the cluster file leaves out; the probe skips them on every host, as if fresh."""
+HOST_ROLES_LEFT_OUT = "gpuinfra_host_roles_left_out"
+"""Inventory variable: the roles left out on one host only (the mig role on a GPU node without layouts)."""

@@ -133,10 +133,12 @@ options:
     type: str
     default: ""
   left_out:
-    description: With O(group_prefix), roles the cluster leaves out on this host, skipped as if fresh.
+    description:
+      - With O(group_prefix), roles the cluster leaves out on this host, skipped as if fresh.
+      - Without it, those the inventory names in C(gpuinfra_roles_left_out) and, for this host,
+        C(gpuinfra_host_roles_left_out).
     type: list
     elements: str
-    default: []
   guards:
     description:
       - With O(group_prefix), a role that only guards others (its checks come before their installs), mapped to

@@ -138,6 +138,16 @@ def test_the_probe_puts_the_host_in_the_group_of_each_skipped_role(host: Host) -
     assert seen["group_names"] == ["fresh_absent", "fresh_checks", "fresh_demo"]
 
 
+def test_without_left_out_the_probe_reads_the_inventory_s_roles_left_out(host: Host) -> None:
+    """playbooks/receipts.yml names no left_out: the cluster's and the host's own come from the inventory."""
+    probe = host.probe()
+    probe["gpuinfra.cluster.receipt"]["group_prefix"] = "fresh_"
+    groups = {"ansible.builtin.debug": {"var": "group_names"}}
+    left_out = {"gpuinfra_roles_left_out": ["kueue"], "gpuinfra_host_roles_left_out": ["mig"]}
+    _, _, seen = host.run(host.record(), probe, groups, variables=left_out)
+    assert seen["group_names"] == ["fresh_demo", "fresh_kueue", "fresh_mig"]
+
+
 def _remove_managed_folder(h: Host) -> None:
     for p in h.managed.parent.iterdir():
         p.unlink()

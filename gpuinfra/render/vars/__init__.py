@@ -13,11 +13,14 @@ import functools
 import importlib
 from types import ModuleType
 
-# The roles a cluster file leaves out: each concern may give some; the inventory joins them, and the receipts play
+from ...collection import module_util
+
+_PROTOCOL = module_util("receipt_protocol")
+# The roles a cluster file leaves out: each concern may give some; the inventory joins them, and the receipts' probe
 # keeps every host out of their plays.
-LEFT_OUT = "gpuinfra_roles_left_out"
+LEFT_OUT: str = _PROTOCOL.ROLES_LEFT_OUT
 # The roles left out on one host only (the mig role on a GPU node without layouts), joined to the above by the probe.
-HOST_LEFT_OUT = "gpuinfra_host_roles_left_out"
+HOST_LEFT_OUT: str = _PROTOCOL.HOST_ROLES_LEFT_OUT
 # Concern modules, in the order their variables are merged.
 CONCERNS: tuple[str, ...] = ("driver", "toolkit", "health", "mig", "kubernetes", "slurm", "monitoring")
 
