@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import GpuinfraError
 from ..render.vars.health import EMULATED_KERNEL_LOG
 from ..validate.load import load_cluster
-from . import access, tools
+from . import access, host_limits, tools
 from .image import PLATFORMS, ensure_image
 from .podman import (
     PodmanError,
@@ -106,6 +106,10 @@ def up(path: str | Path, image: str | None = None) -> SandboxResult:
     tools.require(tools.LIFECYCLE_TOOLS)
     spec = load_spec(path, image)
     check_state_folder(spec, path)
+    existing = set(containers_labelled(LABEL, spec.cluster))
+    problem = host_limits.check_room(sum(c.name not in existing for c in spec.containers))
+    if problem:
+        raise SandboxError(problem)
     changes: list[str] = []
     if image is None:
         used = {c.image for c in spec.containers}
