@@ -285,12 +285,20 @@ def expand(patterns: list[str]) -> list[str]:
     return sorted(found)
 
 
-def watched_state(module: AnsibleModule, watch: dict[str, Any]) -> dict[str, Any]:
+def watched_state(
+    module: AnsibleModule,
+    watch: dict[str, Any],
+    units: dict[str, str] | None = None,
+    debs: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The live state of what `watch` names; `units` and `debs`, where given, already hold its services' and
+    packages' states (one query for every role of a probe)."""
+    services, packages = watch.get("services", []), watch.get("packages", [])
     return {
         "paths": {path: file_digest(path) for path in expand(watch.get("paths", []))},
         "folders": {path: folder_state(path) for path in watch.get("folders", [])},
-        "services": service_states(module, watch.get("services", [])),
-        "packages": package_states(module, watch.get("packages", [])),
+        "services": {u: units[u] for u in services} if units is not None else service_states(module, services),
+        "packages": {p: debs[p] for p in packages} if debs is not None else package_states(module, packages),
         "globs": {pattern: sorted(glob.glob(pattern)) for pattern in watch.get("globs", [])},
         "commands": {" ".join(argv): command_digest(argv) for argv in watch.get("commands", [])},
     }
@@ -346,7 +354,7 @@ def probe(module: AnsibleModule) -> dict[str, Any]:
     inputs = module.params["inputs"] or {}
     if not isinstance(inputs, dict):
         module.fail_json(msg="inputs must map each role to its digest when state=probe")
-    fresh, stale = [], {}
+    fresh, stale, held = [], {}, {}
     untrusted = open_folder(module.params["directory"]) if os.geteuid() == 0 else ""
     for role, digest in sorted(inputs.items()):
         receipt = read_receipt(os.path.join(module.params["directory"], f"{role}.json"))
@@ -361,14 +369,20 @@ def probe(module: AnsibleModule) -> dict[str, Any]:
         elif any(module.params["secrets"].get(path) != sha for path, sha in receipt.get("secrets", {}).items()):
             stale[role] = "a secret on the controller changed"
         else:
-            watch = receipt.get("watch", {})
-            drift = differences(receipt.get("state", {}), watched_state(module, watch))
-            # Checks run last, and stop at the first that fails: they may take a while (a health check).
-            failed = "; ".join(drift) or next(filter(None, map(failed_check, watch.get("checks", []))), "")
-            if failed:
-                stale[role] = failed
-            else:
-                fresh.append(role)
+            held[role] = receipt
+    # One systemctl and one dpkg-query for the services and packages of every receipt still held, not one each.
+    watches = [receipt.get("watch", {}) for receipt in held.values()]
+    units = service_states(module, list(dict.fromkeys(u for watch in watches for u in watch.get("services", []))))
+    debs = package_states(module, list(dict.fromkeys(p for watch in watches for p in watch.get("packages", []))))
+    for role, receipt in held.items():
+        watch = receipt.get("watch", {})
+        drift = differences(receipt.get("state", {}), watched_state(module, watch, units, debs))
+        # Checks run last, and stop at the first that fails: they may take a while (a health check).
+        failed = "; ".join(drift) or next(filter(None, map(failed_check, watch.get("checks", []))), "")
+        if failed:
+            stale[role] = failed
+        else:
+            fresh.append(role)
     return {"changed": False, "fresh": fresh, "stale": stale}
 
 
