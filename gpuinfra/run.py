@@ -45,6 +45,12 @@ DEFAULT_PLAYBOOK = "site.yml"
 INVENTORY_PLUGIN = "gpuinfra.cluster.cluster"
 INVENTORY_SOURCE = Path("inventory") / "gpuinfra.yml"
 
+# Hosts worked on at once when no --forks is given: every host of the run, up to this many. Ansible's own default of 5
+# makes a fleet wait in batches of five, and ansible-playbook polls for a free worker every 0.1 ms while they work,
+# controller CPU that grows with each host's time on its task. Each worker is a forked ansible-playbook of a few tens
+# of MB, mostly shared with its parent.
+MAX_DEFAULT_FORKS = 50
+
 # How often runner looks at the cancel flag and the timeout while ansible-playbook runs (seconds).
 _POLL_SECONDS = 0.2
 
@@ -221,6 +227,12 @@ def check_dependencies(inventory: Mapping[str, Any]) -> None:
                 f"the Kubernetes roles need the collection {name}, which Ansible does not find: install it with "
                 f"ansible-galaxy collection install '{name}:{versions}'"
             )
+
+
+def default_forks(hosts: int) -> int | None:
+    """Forks for a run of `hosts` hosts when none were asked for: one per host up to MAX_DEFAULT_FORKS, or Ansible's
+    own default when the count is unknown (0)."""
+    return min(hosts, MAX_DEFAULT_FORKS) if hosts > 0 else None
 
 
 def _envvars(run_dir: Path) -> dict[str, str]:
@@ -400,7 +412,7 @@ def run_playbook(
             limit=limit,
             tags=",".join(options.tags) or None,
             skip_tags=",".join(options.skip_tags) or None,
-            forks=options.forks,
+            forks=options.forks or default_forks(len(hosts or ())),
             extravars=dict(options.extra_vars) or None,
             cmdline=cmdline or None,
             quiet=True,

@@ -45,7 +45,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--limit", metavar="PATTERN", help="only these hosts or groups (Ansible host pattern)")
     parser.add_argument("--tags", metavar="TAGS", help="only tasks with these tags (comma-separated)")
     parser.add_argument("--skip-tags", metavar="TAGS", help="skip tasks with these tags (comma-separated)")
-    parser.add_argument("--forks", type=_positive_int, metavar="N", help="hosts worked on in parallel")
+    parser.add_argument(
+        "--forks",
+        type=_positive_int,
+        metavar="N",
+        help="hosts worked on in parallel (default: every targeted host, up to 50)",
+    )
     parser.add_argument(
         "--full",
         action="store_true",

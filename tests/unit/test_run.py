@@ -16,7 +16,7 @@ import pytest
 from test_upgrade_timeout import left_behind
 
 from gpuinfra.progress import RunProgress, Update
-from gpuinfra.run import Outcome, RunError, RunOptions, run_playbook, target_hosts
+from gpuinfra.run import MAX_DEFAULT_FORKS, Outcome, RunError, RunOptions, default_forks, run_playbook, target_hosts
 
 pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 
@@ -168,6 +168,19 @@ def test_limit_and_tags_reach_ansible(run_root: Path) -> None:
     # Only n2 is targeted, and no task carries the tag, so it only shows up in the stats if at all.
     assert result.hosts.get("n1") is None or result.hosts["n1"].ok == 0
     assert sum(s.ok for s in result.hosts.values()) == 0
+
+
+def test_forks_default_to_one_per_host_and_follow_the_option(run_root: Path) -> None:
+    inventory = local_inventory("n1", "n2", "n3")
+    hosts = ["n1", "n2", "n3"]
+    assert run_playbook(inventory, options("forks.yml"), hosts=hosts).artifacts["forks"] == 3
+    assert run_playbook(inventory, options("forks.yml", forks=2), hosts=hosts).artifacts["forks"] == 2
+
+
+def test_the_default_forks_stop_at_their_ceiling_and_leave_an_unknown_count_to_ansible() -> None:
+    assert default_forks(1) == 1
+    assert default_forks(MAX_DEFAULT_FORKS + 1) == MAX_DEFAULT_FORKS
+    assert default_forks(0) is None
 
 
 def test_ansible_errors_before_any_task_are_reported(run_root: Path) -> None:
