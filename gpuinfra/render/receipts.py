@@ -8,8 +8,11 @@ has not drifted. So the digest must change whenever anything the role could read
 - the groups the host is in;
 - for a role that reads `groups`, the members of the groups it names (`groups['slurm_controller']`), or of every
   group where it reads them any other way;
-- for a role that reads another host's `hostvars`, the named variables of every host (`hostvars[inventory_hostname]`
-  is the host's own, already counted).
+- for a role that reads another host's `hostvars`, the variables of every host (`hostvars[inventory_hostname]` is
+  the host's own, already counted). Where the role can only name those hosts through the groups it subscripts and
+  the values it reads (it subscripts `hostvars` and `groups`, and reads no list of the play's or the inventory's
+  hosts), only the members of those groups and the hosts those values name count: so a new GPU node leaves
+  Alertmanager's peers alone.
 
 Facts are not inputs: what a role reads from the host itself is the state its receipt watches.
 
@@ -44,6 +47,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
 _GROUP_SUBSCRIPT = re.compile(r"""\bgroups\[\s*(['"])([\w.-]+)\1\s*\]""")
 _OWN_HOSTVARS = re.compile(r"\bhostvars\[\s*inventory_hostname\s*\]")
+_HOSTVARS_WHOLE = re.compile(r"\bhostvars\b(?!\s*\[)")  # hostvars not subscripted: `map('extract', hostvars)`
+_HOST_LISTS = re.compile(
+    r"\b(ansible_play_hosts|ansible_play_hosts_all|ansible_play_batch|play_hosts|inventory_hostnames)\b"
+)
 _DIGEST_LENGTH = 24  # 96 bits: no collision between two states of one role on one host
 
 
@@ -106,6 +113,27 @@ def reads_other_hosts(text: str) -> bool:
     return re.search(r"\bhostvars\b", _OWN_HOSTVARS.sub("", _code(text))) is not None
 
 
+def names_its_hosts(text: str) -> bool:
+    """Whether every other host a role may read the variables of is named by a group it subscripts or by a value it
+    reads: it subscripts `hostvars` and `groups` only, and reads no list of the play's or the inventory's hosts."""
+    code = _code(text)
+    return group_reads(text) is not None and not _HOSTVARS_WHOLE.search(code) and not _HOST_LISTS.search(code)
+
+
+def _named(value: Any, hosts: Mapping[str, Any], found: set[str]) -> None:
+    """Add to `found` every host of `hosts` that a string inside `value` names."""
+    if isinstance(value, str):
+        if value in hosts:
+            found.add(value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _named(key, hosts, found)
+            _named(item, hosts, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _named(item, hosts, found)
+
+
 @cache
 def receipt_roles() -> tuple[str, ...]:
     """Roles that record a receipt: those whose tasks call the receipt module."""
@@ -131,6 +159,32 @@ def receipt_variables() -> dict[str, list[str]]:
     """Role -> the public role variables its files (and those of the roles it names) read."""
     return {
         role: sorted(set(_IDENTIFIER.findall(_role_sources(role)[1])) & _public_variables()) for role in receipt_roles()
+    }
+
+
+def _other_hosts(
+    text: str,
+    names: list[str],
+    shared: Mapping[str, Any],
+    group_values: Mapping[str, Mapping[str, Any]],
+    own: Mapping[str, Mapping[str, Any]],
+    node_group_of: Mapping[str, str],
+    groups: Mapping[str, list[str]],
+) -> Any:
+    """What a role may read of the other hosts' variables (see the module's doc): None when it reads none."""
+    if not reads_other_hosts(text):
+        return None
+    if not names_its_hosts(text):
+        return [group_values, own, node_group_of]
+    found: set[str] = set()
+    for name in group_reads(text) or ():
+        found.update(groups.get(name, []))
+    _named([shared.get(name) for name in names], own, found)
+    _named(list(group_values.values()), own, found)
+    _named([[variables[name] for name in names if name in variables] for variables in own.values()], own, found)
+    return {
+        host: [node_group_of.get(host), group_values.get(node_group_of.get(host, ""), {}), own.get(host, {})]
+        for host in sorted(found)
     }
 
 
@@ -166,7 +220,7 @@ def receipt_inputs(
             files,
             {name: shared[name] for name in names if name in shared},
             groups if read_groups is None else {name: groups.get(name, []) for name in sorted(read_groups)},
-            [group_values, own, node_group_of] if reads_other_hosts(text) else None,
+            _other_hosts(text, names, shared, group_values, own, node_group_of, groups),
         )
         read = set(names)
         seen: dict[tuple[Any, ...], str] = {}

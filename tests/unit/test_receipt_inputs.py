@@ -16,6 +16,7 @@ from gpuinfra.render.receipts import (
     HOST_MARK,
     INPUTS_PREFIX,
     group_reads,
+    names_its_hosts,
     reads_other_hosts,
     receipt_roles,
 )
@@ -94,6 +95,17 @@ def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm
         (host, role) for host in ("gpu01", "gpu02") for role in GPU_NODE_ROLES
     } == set()
     assert {("ctl01", "slurm_common"), ("ctl01", "prometheus")} <= differs
+    # Alertmanager reads its peers' addresses, and its peers are the monitoring hosts: a GPU node is not one.
+    assert ("ctl01", "alertmanager") not in differs
+
+
+def test_a_new_address_of_a_monitoring_peer_reaches_the_roles_that_read_its_hostvars() -> None:
+    two = copy.deepcopy(SANDBOX)
+    two["node_groups"]["monitor"] = {"hosts": "mon02", "addresses": {"mon02": "10.213.42.30"}, "roles": ["monitoring"]}
+    moved = copy.deepcopy(two)
+    moved["node_groups"]["monitor"]["addresses"]["mon02"] = "10.213.42.31"
+    differs = changed(digests(two), digests(moved))
+    assert {("ctl01", "alertmanager"), ("ctl01", "grafana")} <= differs
 
 
 def test_a_role_that_names_its_groups_reads_only_those() -> None:
@@ -103,6 +115,15 @@ def test_a_role_that_names_its_groups_reads_only_those() -> None:
     assert group_reads('x: "{{ groups | length }}"') is None
     assert not reads_other_hosts("a: \"{{ hostvars[inventory_hostname]['ansible_host'] }}\"")
     assert reads_other_hosts("a: \"{{ hostvars[item]['ansible_host'] }}\"")
+
+
+def test_a_role_that_names_the_hosts_it_reads_is_told_apart_from_one_that_may_read_any() -> None:
+    assert names_its_hosts("a: \"{{ hostvars[groups['monitoring'][0]]['ansible_host'] }}\"")
+    assert names_its_hosts("{% for peer in peers %}{{ hostvars[peer].ansible_host }}{% endfor %}")
+    assert not names_its_hosts("a: \"{{ hosts | map('extract', hostvars) | list }}\"")
+    assert not names_its_hosts("a: \"{{ hostvars[groups[item][0]].ansible_host }}\"")
+    assert not names_its_hosts("a: \"{{ ansible_play_hosts | map('extract', hostvars) }}\"")
+    assert not names_its_hosts("loop: \"{{ query('inventory_hostnames', 'gpu*') }}\"\nx: \"{{ hostvars[item] }}\"")
 
 
 def test_an_unrelated_setting_leaves_every_gpu_node_role_alone() -> None:
