@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ RECEIPT_MODULE = "gpuinfra.cluster.receipt"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE_REFERENCE = re.compile(r"gpuinfra\.cluster\.([a-z0-9_]+)")
 _GROUP_SUBSCRIPT = re.compile(r"""\bgroups\[\s*(['"])([\w.-]+)\1\s*\]""")
+_GROUPS_KEY = re.compile(r"\bgroups\s*:")  # a YAML key (a rules file's `groups:`, a module's argument): no read
 _OWN_HOSTVARS = re.compile(r"\bhostvars\[\s*inventory_hostname\s*\]")
 _HOSTVARS_WHOLE = re.compile(r"\bhostvars\b(?!\s*\[)")  # hostvars not subscripted: `map('extract', hostvars)`
 _HOST_LISTS = re.compile(
@@ -73,8 +74,8 @@ def _code_digest() -> str:
 
 
 @cache
-def _role_sources(role: str) -> tuple[str, str]:
-    """(digest of the role's files and those of the roles it names, their text)."""
+def _role_files(role: str) -> tuple[str, tuple[Path, ...]]:
+    """(digest of the role's files and those of the roles it names, those files)."""
     seen: list[str] = []
     pending = [role]
     while pending:
@@ -85,13 +86,48 @@ def _role_sources(role: str) -> tuple[str, str]:
         for path in _files(ROOT / "roles" / name):
             pending.extend(_ROLE_REFERENCE.findall(path.read_text(errors="replace")))
     digest = hashlib.sha256()
+    files = [path for name in sorted(seen) for path in _files(ROOT / "roles" / name)]
+    for path in files:
+        digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest(), tuple(files)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every scalar inside a YAML value, as text."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    else:
+        yield str(value)
+
+
+# Files Ansible never evaluates: a role's README, and its argument specs, whose defaults are documentation (the
+# values come from defaults/main.yml) and whose option names are all in defaults/main.yml too.
+_NOT_READ = ("README.md", "meta/argument_specs.yml")
+
+
+@cache
+def role_text(role: str, overridden: frozenset[str] = frozenset()) -> str:
+    """What the role and the roles it names may evaluate, for the scans below: their files, less those Ansible never
+    reads, and less the default value of each variable in `overridden`. The inventory sets those for every host,
+    and role defaults are Ansible's lowest precedence, so those values are never evaluated (their names stay)."""
     texts = []
-    for name in sorted(seen):
-        for path in _files(ROOT / "roles" / name):
-            data = path.read_bytes()
-            digest.update(f"{path.relative_to(ROOT)}\0".encode() + data + b"\0")
-            texts.append(data.decode(errors="replace"))
-    return digest.hexdigest(), "\n".join(texts)
+    for path in _role_files(role)[1]:
+        if path.as_posix().endswith(_NOT_READ):
+            continue
+        text = path.read_text(errors="replace")
+        if path.parent.name == "defaults" and path.name == "main.yml" and overridden:
+            defaults = YAML(typ="safe", pure=True).load(text) or {}
+            text = "\n".join(
+                f"{name}: " + ("" if name in overridden else " ".join(_strings(value)))
+                for name, value in defaults.items()
+            )
+        texts.append(text)
+    return "\n".join(texts)
 
 
 def _code(text: str) -> str:
@@ -103,7 +139,7 @@ def group_reads(text: str) -> frozenset[str] | None:
     """The inventory groups whose members a role's text may read: those it subscripts by name, or None (every
     group) where it reads `groups` any other way."""
     code = _code(text)
-    if re.search(r"\bgroups\b", _GROUP_SUBSCRIPT.sub("", code)):
+    if re.search(r"\bgroups\b", _GROUPS_KEY.sub("", _GROUP_SUBSCRIPT.sub("", code))):
         return None
     return frozenset(match[1] for match in _GROUP_SUBSCRIPT.findall(code))
 
@@ -157,9 +193,7 @@ def _public_variables() -> frozenset[str]:
 @cache
 def receipt_variables() -> dict[str, list[str]]:
     """Role -> the public role variables its files (and those of the roles it names) read."""
-    return {
-        role: sorted(set(_IDENTIFIER.findall(_role_sources(role)[1])) & _public_variables()) for role in receipt_roles()
-    }
+    return {role: sorted(set(_IDENTIFIER.findall(role_text(role))) & _public_variables()) for role in receipt_roles()}
 
 
 def _other_hosts(
@@ -210,7 +244,8 @@ def receipt_inputs(
     known = set(shared).union(*own.values(), *(variables for _, variables in node_groups.values()))
     out: dict[str, dict[str, str]] = {host: {HOST_INPUTS: _digest(variables)} for host, variables in own.items()}
     for role in receipt_roles():
-        files, text = _role_sources(role)
+        files = _role_files(role)[0]
+        text = role_text(role, _public_variables().intersection(shared))
         identifiers = set(_IDENTIFIER.findall(text))
         names = sorted(identifiers & known)
         group_values = {g: {n: v[n] for n in names if n in v} for g, (_, v) in node_groups.items()}

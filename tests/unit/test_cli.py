@@ -106,17 +106,18 @@ def test_plan_of_an_invalid_file_renders_nothing(tmp_path: Path) -> None:
 def test_plan_diff_shows_exactly_the_artifacts_a_new_gpu_node_changes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One more GPU node: slurm.conf's node and partition lines, gres.conf's node list and one more Prometheus
-    target; every other artifact (the driver's, the toolkit's, the alert rules...) stays as it was."""
+    """One more GPU node: slurm.conf's node and partition lines, gres.conf's node list and one more node exporter
+    target; every other artifact (the driver's, the toolkit's, prometheus.yml, the alert rules...) stays as it
+    was."""
     sandbox = ROOT / "inventories" / "sandbox" / "cluster.yml"
     grown = tmp_path / "cluster.yml"
     grown.write_text(sandbox.read_text().replace("hosts: gpu[01-02]", "hosts: gpu[01-03]"))
     assert main(["plan", str(grown), "--diff", str(sandbox), "--json"]) == exitcodes.OK
     changes = {c["path"]: c for c in json.loads(capsys.readouterr().out)}
-    assert set(changes) == {"slurm/slurm.conf", "slurm/gres.conf", "monitoring/prometheus/prometheus.yml"}
+    assert set(changes) == {"slurm/slurm.conf", "slurm/gres.conf", "monitoring/prometheus/targets/node.yml"}
     assert all(c["status"] == "changed" for c in changes.values())
     assert "+NodeName=gpu[01-03] " in changes["slurm/slurm.conf"]["diff"]
-    assert '+      - targets: ["gpu03:9100"]' in changes["monitoring/prometheus/prometheus.yml"]["diff"]
+    assert '+- targets: ["gpu03:9100"]' in changes["monitoring/prometheus/targets/node.yml"]["diff"]
     assert main(["plan", str(sandbox), "--diff", str(sandbox)]) == exitcodes.OK
     assert "no artifact differs" in capsys.readouterr().out
 

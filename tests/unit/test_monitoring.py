@@ -207,14 +207,21 @@ def test_scrape_targets_come_from_the_inventory() -> None:
     config = yaml_load(rendered("mon-full")["monitoring/prometheus/prometheus.yml"].content)
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"prometheus", "alertmanager", "node", "dcgm_exporter"}
-    node_targets = {c["labels"]["instance"]: c["targets"] for c in jobs["node"]["static_configs"]}
+    files = rendered("mon-full")
+    # The exporters come from the target files Prometheus reads by itself (file_sd), so a new node leaves
+    # prometheus.yml alone.
+    assert jobs["node"]["file_sd_configs"] == [{"files": ["/etc/prometheus/targets/node.yml"]}]
+    assert jobs["dcgm_exporter"]["file_sd_configs"] == [{"files": ["/etc/prometheus/targets/dcgm_exporter.yml"]}]
+    node_file = yaml_load(files["monitoring/prometheus/targets/node.yml"].content)
+    dcgm_file = yaml_load(files["monitoring/prometheus/targets/dcgm_exporter.yml"].content)
+    node_targets = {c["labels"]["instance"]: c["targets"] for c in node_file}
     assert node_targets == {
         "ctl01": ["10.0.0.1:9100"],
         "h100-01": ["h100-01:9100"],
         "h100-02": ["h100-02:9100"],
         "l40s-01": ["l40s-01:9100"],
     }
-    dcgm = {c["labels"]["instance"]: c["labels"]["gpus_expected"] for c in jobs["dcgm_exporter"]["static_configs"]}
+    dcgm = {c["labels"]["instance"]: c["labels"]["gpus_expected"] for c in dcgm_file}
     assert dcgm == {"h100-01": "8", "h100-02": "8", "l40s-01": "4"}
     # Each service is scraped with its own password, read from a file: never one inline.
     password_files = {
@@ -246,7 +253,6 @@ def test_given_gpu_counts_are_what_the_role_finds_in_hostvars(name: str) -> None
     variables = {
         "groups": {"all": list(rc.hosts), **groups(rc)},
         "hostvars": {host: {**shared, **host_vars(h)} for host, h in rc.hosts.items()},
-        "prometheus_dcgm_exporter_hosts": trust_as_template(defaults["prometheus_dcgm_exporter_hosts"]),
     }
     found = Templar(loader=DataLoader(), variables=variables).template(
         trust_as_template(defaults["prometheus_dcgm_exporter_gpu_counts"])
@@ -256,8 +262,7 @@ def test_given_gpu_counts_are_what_the_role_finds_in_hostvars(name: str) -> None
 
 
 def test_kubernetes_gpu_nodes_are_left_to_the_operator() -> None:
-    config = yaml_load(rendered("k8s-mig")["monitoring/prometheus/prometheus.yml"].content)
-    assert "dcgm_exporter" not in {job["job_name"] for job in config["scrape_configs"]}
+    assert yaml_load(rendered("k8s-mig")["monitoring/prometheus/targets/dcgm_exporter.yml"].content) == []
 
 
 def test_alertmanager_routes_each_severity_to_its_receivers() -> None:
@@ -295,10 +300,17 @@ def test_promtool_accepts_the_rules_and_the_config(name: str, tmp_path: Path) ->
     (tmp_path / "ca.crt").write_text("")
     config = re.sub(r"/etc/prometheus/gpuinfra-[a-z-]+-password", str(tmp_path / "password"), config)
     config = config.replace("/etc/ssl/gpuinfra/ca.crt", str(tmp_path / "ca.crt"))
+    # And the target files, which it parses as Prometheus would.
+    (tmp_path / "targets").mkdir()
+    for job in ("node", "dcgm_exporter"):
+        target_file = rendered(name)[f"monitoring/prometheus/targets/{job}.yml"].content
+        (tmp_path / "targets" / f"{job}.yml").write_text(target_file)
+    config = config.replace("/etc/prometheus/targets/", f"{tmp_path / 'targets'}/")
     (tmp_path / "prometheus.yml").write_text(config)
     checked = run([str(PROMTOOL), "check", "config", str(tmp_path / "prometheus.yml")])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout + checked.stderr
+    assert "WARNING" not in checked.stdout + checked.stderr
 
 
 @needs_amtool

@@ -42,7 +42,15 @@ CONCERNS: dict[str, frozenset[str]] = {
     "tenants": frozenset({"k8s_tenants"}),
     "queues": frozenset({"kueue"}),
     "monitoring": frozenset(
-        {"monitoring_tls", "prometheus", "alertmanager", "grafana", "node_exporter", "dcgm_exporter"}
+        {
+            "monitoring_tls",
+            "prometheus",
+            "prometheus_targets",
+            "alertmanager",
+            "grafana",
+            "node_exporter",
+            "dcgm_exporter",
+        }
     ),
     "health": frozenset({"gpu_health", "k8s_node_health"}),
 }

@@ -19,6 +19,7 @@ from gpuinfra.render.receipts import (
     names_its_hosts,
     reads_other_hosts,
     receipt_roles,
+    role_text,
 )
 from gpuinfra.resolve import resolve
 
@@ -82,7 +83,7 @@ GPU_NODE_ROLES = {
 }  # fmt: skip
 
 
-def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm_conf_and_prometheus() -> None:
+def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm_conf_and_the_targets() -> None:
     data = copy.deepcopy(SANDBOX)
     gpu = data["node_groups"]["gpu"]
     gpu["hosts"] = "gpu[01-03]"
@@ -94,9 +95,10 @@ def test_a_new_gpu_node_changes_no_role_of_the_other_gpu_nodes_but_reaches_slurm
     assert {(host, role) for host, role in differs if host != "ctl01"} & {
         (host, role) for host in ("gpu01", "gpu02") for role in GPU_NODE_ROLES
     } == set()
-    assert {("ctl01", "slurm_common"), ("ctl01", "prometheus")} <= differs
-    # Alertmanager reads its peers' addresses, and its peers are the monitoring hosts: a GPU node is not one.
-    assert ("ctl01", "alertmanager") not in differs
+    assert {("ctl01", "slurm_common"), ("ctl01", "prometheus_targets")} <= differs
+    # Prometheus reads its exporters from prometheus_targets' files, and Alertmanager its peers' addresses, whose
+    # peers are the monitoring hosts: a GPU node is neither.
+    assert {("ctl01", "prometheus"), ("ctl01", "alertmanager")} & differs == set()
 
 
 def test_a_new_address_of_a_monitoring_peer_reaches_the_roles_that_read_its_hostvars() -> None:
@@ -113,6 +115,8 @@ def test_a_role_that_names_its_groups_reads_only_those() -> None:
     assert group_reads("# the groups of a service\nx: 1") == frozenset()
     assert group_reads('loop: "{{ groups[item] }}"') is None
     assert group_reads('x: "{{ groups | length }}"') is None
+    # A YAML key is no read: a Prometheus rules file's `groups:`, a module's argument.
+    assert group_reads("groups:\n  - name: gpuinfra-gpu") == frozenset()
     assert not reads_other_hosts("a: \"{{ hostvars[inventory_hostname]['ansible_host'] }}\"")
     assert reads_other_hosts("a: \"{{ hostvars[item]['ansible_host'] }}\"")
 
@@ -121,9 +125,16 @@ def test_a_role_that_names_the_hosts_it_reads_is_told_apart_from_one_that_may_re
     assert names_its_hosts("a: \"{{ hostvars[groups['monitoring'][0]]['ansible_host'] }}\"")
     assert names_its_hosts("{% for peer in peers %}{{ hostvars[peer].ansible_host }}{% endfor %}")
     assert not names_its_hosts("a: \"{{ hosts | map('extract', hostvars) | list }}\"")
-    assert not names_its_hosts("a: \"{{ hostvars[groups[item][0]].ansible_host }}\"")
+    assert not names_its_hosts('a: "{{ hostvars[groups[item][0]].ansible_host }}"')
     assert not names_its_hosts("a: \"{{ ansible_play_hosts | map('extract', hostvars) }}\"")
     assert not names_its_hosts("loop: \"{{ query('inventory_hostnames', 'gpu*') }}\"\nx: \"{{ hostvars[item] }}\"")
+
+
+def test_a_default_the_inventory_sets_for_every_host_is_not_scanned() -> None:
+    # prometheus_dcgm_exporter_gpu_counts' default reads every GPU node's hostvars; gpuinfra sets the value, so
+    # Ansible never evaluates that default. The role's argument specs repeat it as documentation only.
+    assert not names_its_hosts(role_text("prometheus"))
+    assert names_its_hosts(role_text("prometheus", frozenset({"prometheus_dcgm_exporter_gpu_counts"})))
 
 
 def test_an_unrelated_setting_leaves_every_gpu_node_role_alone() -> None:

@@ -1,9 +1,10 @@
 """Monitoring: role variables from `monitoring:` in the cluster file.
 
 Roles: node_exporter (every host), dcgm_exporter (GPU nodes), prometheus, alertmanager and grafana (hosts with the
-monitoring role), monitoring_tls (every monitored host, with `tls: true`). The scrape targets are not listed here:
-the prometheus role takes them from the inventory groups, so a host added to the file is scraped on the next apply
-without a second list to keep in step.
+monitoring role), prometheus_targets (the exporters Prometheus scrapes, on the same hosts), monitoring_tls (every
+monitored host, with `tls: true`). The scrape targets are not listed here: the prometheus_targets role takes them
+from the inventory groups, so a host added to the file is scraped on the next apply without a second list to keep
+in step, and without running the prometheus role.
 
 Every value is plain data. What only a run can know (the secrets folder on the controller, the password hashes,
 each host's cluster address) the roles work out from their own defaults: basic auth gives every service its own
@@ -24,6 +25,10 @@ from . import LEFT_OUT
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/prometheus/prometheus.yml", "prometheus", "prometheus.yml.j2", "monitoring"),
     Artifact("monitoring/prometheus/rules/gpuinfra.yml", "prometheus", "gpuinfra.rules.yml.j2", "monitoring"),
+    Artifact("monitoring/prometheus/targets/node.yml", "prometheus_targets", "node.yml.j2", "monitoring"),
+    Artifact(
+        "monitoring/prometheus/targets/dcgm_exporter.yml", "prometheus_targets", "dcgm_exporter.yml.j2", "monitoring"
+    ),
     Artifact("monitoring/alertmanager/alertmanager.yml", "alertmanager", "alertmanager.yml.j2", "monitoring"),
     Artifact("monitoring/dcgm-exporter/gpuinfra-counters.csv", "dcgm_exporter", "counters.csv.j2", "gpu_nodes"),
 )
@@ -117,7 +122,9 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     return {
         "gpuinfra_monitoring_components": list(mon.components),
         # The monitoring roles this cluster leaves out: the receipts play keeps every host out of their plays.
-        LEFT_OUT: [c for c in COMPONENTS if c not in components] + ([] if mon.tls is True else ["monitoring_tls"]),
+        LEFT_OUT: [c for c in COMPONENTS if c not in components]
+        + ([] if "prometheus" in components else ["prometheus_targets"])
+        + ([] if mon.tls is True else ["monitoring_tls"]),
         **_tls_vars(rc),
         "node_exporter_listen_host": listen_host,
         "node_exporter_basic_auth": mon.basic_auth,
@@ -128,8 +135,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "prometheus_scrape_interval": mon.scrape_interval,
         "prometheus_evaluation_interval": mon.scrape_interval,
         # Targets default to inventory groups (see the role); a component the cluster leaves out has none.
-        **({} if "node_exporter" in components else {"prometheus_node_exporter_hosts": []}),
-        **({} if "dcgm_exporter" in components else {"prometheus_dcgm_exporter_hosts": []}),
+        **({} if "node_exporter" in components else {"prometheus_targets_node_exporter_hosts": []}),
+        **({} if "dcgm_exporter" in components else {"prometheus_targets_dcgm_exporter_hosts": []}),
         **({} if "alertmanager" in components else {"prometheus_alertmanager_hosts": []}),
         # The role would find these in every GPU node's hostvars: seconds at 10,000 nodes.
         "prometheus_dcgm_exporter_gpu_counts": _dcgm_gpu_counts(rc) if "dcgm_exporter" in components else [],
