@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,9 +74,9 @@ def on_host(host: str, *command: str, cluster: Path = SANDBOX_CLUSTER) -> subpro
     return ssh(cluster, host, list(command))
 
 
-def scrape_health(cluster: Path, scheme: str) -> dict[str, str]:
-    """Each of Prometheus's scrape URLs (the DCGM exporters' left out: no image here) and its health, asked with
-    Prometheus's password (over HTTPS, verified against the cluster's CA), once every one is up or after 2 minutes."""
+def prometheus_api(cluster: Path, scheme: str, path: str) -> Any:
+    """The `data` of a GET from ctl01's Prometheus API, asked with Prometheus's password (over HTTPS, verified
+    against the cluster's CA)."""
     from gpuinfra.redact import default_secrets_dir
     from gpuinfra.validate.load import load_cluster
 
@@ -85,12 +86,23 @@ def scrape_health(cluster: Path, scheme: str) -> dict[str, str]:
     login = base64.b64encode(b"prometheus:" + (secrets / "monitoring-prometheus-password").read_bytes().strip())
     address = loaded.resolved.hosts["ctl01"].address
     request = urllib.request.Request(
-        f"{scheme}://{address}:9090/api/v1/targets", headers={"Authorization": f"Basic {login.decode()}"}
+        f"{scheme}://{address}:9090/api/v1/{path}", headers={"Authorization": f"Basic {login.decode()}"}
     )
+    with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+        return json.load(answer)["data"]
+
+
+def last_reload(cluster: Path, scheme: str) -> str:
+    """When Prometheus last loaded its configuration (start or reload), as its runtime information says."""
+    return str(prometheus_api(cluster, scheme, "status/runtimeinfo")["lastConfigTime"])
+
+
+def scrape_health(cluster: Path, scheme: str) -> dict[str, str]:
+    """Each of Prometheus's scrape URLs (the DCGM exporters' left out: no image here) and its health, once every one
+    is up or after 2 minutes."""
     deadline = time.monotonic() + 120
     while True:
-        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
-            targets = json.load(answer)["data"]["activeTargets"]
+        targets = prometheus_api(cluster, scheme, "targets")["activeTargets"]
         health = {t["scrapeUrl"]: t["health"] for t in targets if t["labels"]["job"] != "dcgm_exporter"}
         if set(health.values()) == {"up"} or time.monotonic() > deadline:
             return health

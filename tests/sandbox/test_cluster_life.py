@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import MARKS, ROOT, gpuinfra, on_host, plain_playbook, scrape_health
+from harness import MARKS, ROOT, gpuinfra, last_reload, on_host, plain_playbook, scrape_health
 from ruamel.yaml import YAML
 
 from gpuinfra.model.grammar import duration_seconds
@@ -313,6 +313,7 @@ def test_2_a_job_per_team_within_its_limits_and_preempted_as_configured(life: Li
 def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     job = submit("bob", "nlp", "gpu01", 150)
     slurmd = {node: slurmd_started(node) for node in life.nodes}
+    loaded = last_reload(life.file, "https")
     with sampled(life):
         up = gpuinfra("sandbox", "up", str(LIFE), "--gpu-nodes", "4", "--json")
         assert up.returncode == 0, up.stderr
@@ -323,6 +324,11 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         # Configless: the new node and the controller change; no other node's role runs, nor its slurmd restarts.
         assert {c["host"] for c in doc["changes"]} == {"ctl01", "gpu04"}, doc["changes"]
         assert {node: slurmd_started(node) for node in slurmd} == slurmd
+        # Prometheus reads the new node's target from its file_sd file: no reload, and the node is scraped.
+        assert last_reload(life.file, "https") == loaded
+        address = load_cluster(life.file).resolved.hosts["gpu04"].address
+        health = scrape_health(life.file, "https")
+        assert health.get(f"https://{address}:9100/metrics") == "up", health
     assert finished(job)[:2] == ("COMPLETED", "0:0")
 
 
