@@ -98,7 +98,7 @@ def _strings(value: Any) -> Iterator[str]:
         for key, item in value.items():
             yield str(key)
             yield from _strings(item)
-    elif isinstance(value, list):
+    elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)
     else:
@@ -156,20 +156,6 @@ def names_its_hosts(text: str) -> bool:
     return group_reads(text) is not None and not _HOSTVARS_WHOLE.search(code) and not _HOST_LISTS.search(code)
 
 
-def _named(value: Any, hosts: Mapping[str, Any], found: set[str]) -> None:
-    """Add to `found` every host of `hosts` that a string inside `value` names."""
-    if isinstance(value, str):
-        if value in hosts:
-            found.add(value)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _named(key, hosts, found)
-            _named(item, hosts, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _named(item, hosts, found)
-
-
 @cache
 def receipt_roles() -> tuple[str, ...]:
     """Roles that record a receipt: those whose tasks call the receipt module."""
@@ -210,12 +196,14 @@ def _other_hosts(
         return None
     if not names_its_hosts(text):
         return [group_values, own, node_group_of]
-    found: set[str] = set()
+    values = [
+        [shared.get(name) for name in names],
+        list(group_values.values()),
+        [[variables[name] for name in names if name in variables] for variables in own.values()],
+    ]
+    found = {word for word in _strings(values) if word in own}
     for name in group_reads(text) or ():
         found.update(groups.get(name, []))
-    _named([shared.get(name) for name in names], own, found)
-    _named(list(group_values.values()), own, found)
-    _named([[variables[name] for name in names if name in variables] for variables in own.values()], own, found)
     return {
         host: [node_group_of.get(host), group_values.get(node_group_of.get(host, ""), {}), own.get(host, {})]
         for host in sorted(found)
