@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from .. import mig_layouts as mig
 from ..errors import Diagnostic, InvalidInput
@@ -71,7 +72,7 @@ def absolute_paths(model: Any, base_dir: Path) -> Any:
     update: dict[str, Any] = {}
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
-        if isinstance(value, str) and _CONTROLLER_PATH in _metadata(field.annotation):
+        if isinstance(value, str) and _is_controller_path(field):
             update[name] = os.path.normpath(base_dir / Path(value).expanduser())
         elif isinstance(value, BaseModel):
             update[name] = absolute_paths(value, base_dir)
@@ -90,12 +91,18 @@ def _templated(model: Any, loc: tuple[str, ...] = ()) -> list[tuple[tuple[str, .
     found: list[tuple[tuple[str, ...], str]] = []
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
-        if isinstance(value, str) and _CONTROLLER_PATH in _metadata(field.annotation):
+        if isinstance(value, str) and _is_controller_path(field):
             if any(start in value for start in _TEMPLATE_STARTS):
                 found.append(((*loc, name), value))
         elif isinstance(value, BaseModel):
             found.extend(_templated(value, (*loc, name)))
     return found
+
+
+def _is_controller_path(field: FieldInfo) -> bool:
+    """Pydantic keeps the metadata of a plain `ControllerPath` field on the field, and of `ControllerPath | None`
+    on the union's member."""
+    return _CONTROLLER_PATH in field.metadata or _CONTROLLER_PATH in _metadata(field.annotation)
 
 
 def _metadata(annotation: Any) -> list[Any]:
