@@ -375,3 +375,33 @@ def slurm_compatible(newer: str, older: str) -> bool:
     new, old = SLURM_RELEASES.index(newer), SLURM_RELEASES.index(older)
     window = 3 if new >= SLURM_RELEASES.index("24.11") else 2
     return 0 <= new - old <= window
+
+
+# Containers in Slurm jobs: the release sources gpuinfra builds its enroot and pyxis packages from, pinned by
+# checksum. Neither is packaged by Debian; the tarballs are `git archive` of each project's release tag.
+@dataclass(frozen=True)
+class SourceTarball:
+    file: str
+    sha256: str
+    url: str
+    """Where the release is published, for the error that names a missing file."""
+
+
+CONTAINER_SOURCES: tuple[SourceTarball, ...] = (
+    SourceTarball(
+        "enroot-4.1.2.tar.gz",
+        "817e8d551135e6f3fc311d1ee57b03fb4d30325acba732f8dea43069ca11f8d3",
+        "https://github.com/NVIDIA/enroot/archive/refs/tags/v4.1.2.tar.gz",
+    ),
+    # The one enroot submodule a glibc build needs (deps/makeself), at the commit enroot 4.1.2 pins.
+    SourceTarball(
+        "makeself-5742be6.tar.gz",
+        "9d01d16b362ad56d968945798f166ceddd5d893acc5967ae616f3f429ef9c39e",
+        "https://github.com/megastep/makeself/archive/5742be6410bfad2c619fb1e98bf795e8fa0913c7.tar.gz",
+    ),
+    SourceTarball(
+        "pyxis-0.24.0.tar.gz",
+        "063653ba39125ac29796cc6079701d1ec34dd4c5baf698efacc0f36bf3619681",
+        "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz",
+    ),
+)

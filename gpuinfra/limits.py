@@ -8,6 +8,10 @@ strange file) and low enough that any input is answered within about 2 s (benchm
 MAX_FILE_BYTES = 128 * 1024
 """A cluster file or a file it references (a mig-parted config) is read only up to this size."""
 
+MAX_SOURCE_BYTES = 1024 * 1024
+"""A release tarball (slurm.containers.sources) is read whole to check its pinned checksum; the pinned ones are
+under 100 KiB."""
+
 MAX_NODES = 100_000
 """YAML nodes after every alias is expanded: an alias bomb is refused before it is built."""
 

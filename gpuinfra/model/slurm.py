@@ -8,6 +8,8 @@ from pydantic import Field, field_validator
 
 from .base import Model
 from .grammar import (
+    AbsolutePath,
+    ControllerPath,
     DecayHalfLife,
     Duration,
     Hosts,
@@ -102,6 +104,20 @@ class Topology(Model):
     block where it fits. Every Slurm compute host is in exactly one."""
 
 
+class Containers(Model):
+    """Containers in jobs: NVIDIA's pyxis SPANK plugin with enroot (`srun --container-image=...`). gpuinfra builds
+    their Debian packages from the release sources once per OS release and Slurm version, and installs them on the
+    Slurm hosts from the controller."""
+
+    sources: ControllerPath
+    """Folder on the controller with the release sources: enroot-4.1.2.tar.gz, makeself-5742be6.tar.gz and
+    pyxis-0.24.0.tar.gz, each checked against its pinned checksum."""
+    data_path: AbsolutePath = "/var/lib/enroot/data"
+    """Node-local folder for the containers' unpacked file systems, one subfolder per user."""
+    cache_path: AbsolutePath = "/var/lib/enroot/cache"
+    """Node-local folder for imported images (squashfs), one subfolder per Unix group."""
+
+
 class Slurm(Model):
     cluster_name: Name | None = None
     """Defaults to the cluster's name."""
@@ -121,6 +137,8 @@ class Slurm(Model):
     cgroups: bool = True
     """Track and confine jobs with cgroups (ConstrainDevices: a job sees only its GPUs). false tracks jobs without
     them, with no device confinement, for hosts where Slurm cannot write the cgroup tree (unprivileged containers)."""
+    containers: Containers | None = None
+    """Run jobs in containers with pyxis and enroot; off when absent."""
     configless: bool = True
     """slurmd (and sackd on login nodes, from Slurm 23.11) fetch slurm.conf and the rest from slurmctld, so only
     the controller keeps them: adding a node rewrites no other host. MIG node groups, and login nodes whose Slurm

@@ -68,6 +68,9 @@ def resized(path: str | Path, gpu_nodes: int, image: str | None = None) -> Path:
     # As the source file resolves them (relative to its folder), since the new file lives elsewhere.
     data["connection"]["ssh_key"] = str(spec.ssh_key)
     data["connection"]["known_hosts_file"] = str(spec.known_hosts)
+    containers = loaded.model.slurm.containers if loaded.model.slurm else None
+    if containers is not None:
+        data["slurm"]["containers"]["sources"] = containers.sources
     out = spec.state_dir / f"{source.stem}-{gpu_nodes}{SUFFIX}"
     out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with out.open("w") as fh:

@@ -4,8 +4,12 @@ releases that talk to each other."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from .. import catalog
 from ..hostlists import HostlistError, expand_hosts
+from ..limits import MAX_SOURCE_BYTES
 from ..model import SLURM_ROLES, Cluster
 from ..model.slurm import ROOT_SWITCH
 from ..resolve import Host, ResolvedCluster
@@ -37,6 +41,7 @@ def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     _accounts(model, report)
     _capacity(rc, report)
     _releases(rc, report)
+    _containers(model, report)
 
 
 def _shards(model: Cluster, report: Diagnostics) -> None:
@@ -276,3 +281,37 @@ def _releases(rc: ResolvedCluster, report: Diagnostics) -> None:
             check_pair(
                 controller, "slurmctld", host, "slurmd" if "slurm_compute" in host.roles else "the Slurm commands"
             )
+
+
+def _containers(model: Cluster, report: Diagnostics) -> None:
+    """The folder of release sources holds each pinned tarball, with its pinned checksum: a wrong file fails here,
+    before any host is touched, not in the middle of a build."""
+    slurm = model.slurm
+    if slurm is None or slurm.containers is None:
+        return
+    if not model.container_toolkit.install:
+        report.warning(
+            ("slurm", "containers"),
+            "the container toolkit is not installed (container_toolkit.install: false), so enroot's GPU hook has "
+            "no nvidia-container-cli: images that ask for GPUs (NGC's) fail to start",
+        )
+    where = ("slurm", "containers", "sources")
+    folder = Path(slurm.containers.sources)  # absolute: see load.absolute_paths
+    if not folder.is_dir():
+        report.error(where, f"{folder} is not a folder; give the folder that holds {_source_names()}")
+        return
+    for source in catalog.CONTAINER_SOURCES:
+        path = folder / source.file
+        if not path.is_file():
+            report.error(where, f"{path} is missing; download it from {source.url}")
+            continue
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            report.error(where, f"{path} is over {MAX_SOURCE_BYTES // 1024} KiB; it is not the pinned release")
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != source.sha256:
+            report.error(where, f"{path} has sha256 {digest}, not the pinned {source.sha256} ({source.url})")
+
+
+def _source_names() -> str:
+    return ", ".join(source.file for source in catalog.CONTAINER_SOURCES)

@@ -36,7 +36,10 @@ CONCERNS: dict[str, frozenset[str]] = {
     "toolkit": frozenset({"gpu_preflight", "nvidia_container_toolkit"}),
     "mig": frozenset({"mig"}),
     "munge": frozenset({"munge"}),
-    "slurm": frozenset({"slurm_common", "slurm_controller", "slurm_compute", "slurm_login"}),
+    "slurm": frozenset(
+        {"slurm_containers_build", "slurm_containers", "slurm_common", "slurm_controller", "slurm_compute"}
+        | {"slurm_login"}
+    ),
     "accounting": frozenset({"slurm_dbd", "slurm_accounting"}),
     "kubernetes": frozenset({"gpu_operator"}),
     "tenants": frozenset({"k8s_tenants"}),

@@ -33,6 +33,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("slurm/gres.conf", "slurm_common", "gres.conf.j2", "slurm_compute"),
     Artifact("slurm/cgroup.conf", "slurm_common", "cgroup.conf.j2", "slurm_controller"),
     Artifact("slurm/topology.conf", "slurm_common", "topology.conf.j2", "slurm_controller"),
+    Artifact("slurm/plugstack.conf", "slurm_common", "plugstack.conf.j2", "slurm_controller"),
 )
 
 COMPUTE_ROLE = "slurm_compute"
@@ -40,6 +41,11 @@ CONTROLLER_ROLE = "slurm_controller"
 LOGIN_ROLE = "slurm_login"
 # The hosts that keep the Slurm configuration files; configless hosts fetch them from slurmctld.
 CONFIG_GROUP = "slurm_config"
+# The hosts that get pyxis and enroot: every Slurm host that runs or submits jobs, compute hosts first (the play's
+# first host builds the packages, and compute hosts have a compiler for the driver already).
+CONTAINERS_GROUP = "slurm_containers"
+# Where the controller keeps the enroot and pyxis packages it built, for every cluster it manages.
+PACKAGE_CACHE = "~/.cache/gpuinfra/packages"
 # The first release whose login nodes fetch the configuration with sackd.
 SACKD_RELEASE = "23.11"
 # Where the gpu_health role installs the node health check (its __gpu_health_program).
@@ -148,7 +154,7 @@ def inventory_groups(rc: ResolvedCluster) -> dict[str, list[str]]:
     their gres.conf includes the slices the driver made on each node."""
     slurm = rc.model.slurm
     if slurm is None:
-        return {CONFIG_GROUP: []}
+        return {CONFIG_GROUP: [], CONTAINERS_GROUP: []}
     first_sackd = catalog.SLURM_RELEASES.index(SACKD_RELEASE)
     releases = {name: catalog.os_release(name) for name in {host.os for host in rc.hosts.values()}}
     has_sackd = {
@@ -166,7 +172,15 @@ def inventory_groups(rc: ResolvedCluster) -> dict[str, list[str]]:
         )
         if keeps:
             hosts.append(host.name)
-    return {CONFIG_GROUP: hosts}
+    return {CONFIG_GROUP: hosts, CONTAINERS_GROUP: containers_hosts(rc)}
+
+
+def containers_hosts(rc: ResolvedCluster) -> list[str]:
+    if rc.model.slurm is None or rc.model.slurm.containers is None:
+        return []
+    compute = [host.name for host in rc.hosts.values() if COMPUTE_ROLE in host.roles]
+    others = [host.name for host in rc.hosts.values() if {CONTROLLER_ROLE, LOGIN_ROLE} & set(host.roles)]
+    return compute + [name for name in others if name not in compute]
 
 
 def gres(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
@@ -288,6 +302,32 @@ def job_mapping_dir(model: Cluster) -> str:
     return monitoring.dcgm_exporter.job_mapping_dir if "dcgm_exporter" in monitoring.components else ""
 
 
+def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
+    """The slurm_containers_build and slurm_containers roles' settings: the catalog's pinned sources, and one
+    package folder on the controller per OS release (validation keeps a cluster's Slurm hosts on one)."""
+    slurm = rc.model.slurm
+    if slurm is None or slurm.containers is None:
+        return {}
+    containers = slurm.containers
+    sources = {source.file: source for source in catalog.CONTAINER_SOURCES}
+    enroot, makeself, pyxis = (name.rsplit("-", 1)[1].removesuffix(".tar.gz") for name in sources)
+    release = catalog.os_release(next(iter(rc.hosts.values())).os) if rc.hosts else None
+    codename = release.codename if release else "{{ ansible_facts['distribution_release'] }}"
+    packages = f"{PACKAGE_CACHE}/{codename}/enroot-{enroot}_pyxis-{pyxis}"
+    return {
+        "slurm_containers_build_sources": containers.sources,
+        "slurm_containers_build_checksums": {name: source.sha256 for name, source in sources.items()},
+        "slurm_containers_build_enroot_version": enroot,
+        "slurm_containers_build_pyxis_version": pyxis,
+        "slurm_containers_build_makeself_commit": makeself,
+        "slurm_containers_build_dest": packages,
+        "slurm_containers_packages_dir": packages,
+        "slurm_containers_cgroups_hook": slurm.cgroups,
+        "slurm_containers_data_path": containers.data_path,
+        "slurm_containers_cache_path": containers.cache_path,
+    }
+
+
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     model = rc.model
     slurm = model.slurm
@@ -323,6 +363,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_health_check_interval": duration_seconds(model.health.check.interval),
         "slurm_common_health_check_on_job_start": model.health.check.on_job_start,
         "slurm_common_configless": slurm.configless,
+        "slurm_common_containers": slurm.containers is not None,
+        **containers_vars(rc),
         "slurm_compute_gres_autodetect": slurm.gres_autodetect,
         "slurm_compute_job_mapping_dir": mapping,
         "slurm_compute_health_check_program": health_check,
