@@ -34,6 +34,9 @@ from ruamel.yaml import YAML
 MANAGED_FILE = "/etc/apt/apt.conf.d/51gpuinfra-nvidia-driver"
 
 
+# Makes the quickstart's container image on a node from local files (scripts/quickstart runs it the same way).
+MAKE_IMAGE = ROOT / "scripts" / "make-busybox-image"
+
 # tests/infra is the suite users run on a fleet: on the sandbox's emulated GPUs its checks that need a GPU skip (its
 # GPU tier), so it runs without CI's rule that a skip fails, and the test below allows those skips and no other.
 FLEET_SUITE_ENV = {key: value for key, value in VENV_ENV.items() if key != "CI"}
@@ -105,6 +108,27 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
     lines = sorted(line.split() for line in job.stdout.splitlines())
     assert [host for host, _ in lines] == ["gpu01", "gpu02"], job.stdout
     assert all(visible in ("0", "1") for _, visible in lines), job.stdout
+
+
+def test_the_same_job_runs_in_a_container_as_alice(sandbox: Path) -> None:
+    """The quickstart's container job, on Debian 12's Slurm 22.05 with the pyxis and enroot packages the first
+    apply built on gpu01: an image file each GPU node makes (no registry), one GPU on each node, the task inside the
+    image as alice with its GPU variable."""
+    for node in ("gpu01", "gpu02"):
+        image = "/srv/images/busybox.sqsh"
+        made = on_host(node, "bash", "-c", shlex.quote(MAKE_IMAGE.read_text()), "make-image", image)
+        assert made.returncode == 0, made.stderr
+    script = shlex.quote('. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)|$CUDA_VISIBLE_DEVICES"')
+    srun = ["runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp", "--immediate=120",
+            "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1",
+            "--container-image=/srv/images/busybox.sqsh"]  # fmt: skip
+    job = on_host("ctl01", *srun, "sh", "-c", script)
+    assert job.returncode == 0, job.stderr
+    rows = sorted(line.split("|") for line in job.stdout.splitlines())
+    assert [row[:3] for row in rows] == [
+        [node, "gpuinfra test image (busybox)", "alice"] for node in ("gpu01", "gpu02")
+    ], job.stdout
+    assert all(row[3] in ("0", "1") for row in rows), job.stdout
 
 
 def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path) -> None:

@@ -18,7 +18,8 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 7. the monitoring certificates at their renewal time;
 8. hand-made drift of every kind a skipped role could hide, on five hosts at once;
 9. a user taken out of the cluster file;
-and a no-op after each of them.
+and a no-op after each of them; then
+10. a job in a container (pyxis and enroot) on every GPU node.
 
 Each step runs inside `sampled()`: slurmctld's view of the GPU nodes is sampled every half second on the controller
 through the step and after it, while a job runs on every GPU node and the next plain apply (the no-op) changes
@@ -53,6 +54,8 @@ from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.validate.load import load_cluster
 
 LIFE = Path(__file__).resolve().parent / "life" / "cluster.yml"
+# Makes a container image on a node from local files, as the quickstart does.
+MAKE_IMAGE = Path(__file__).resolve().parents[2] / "scripts" / "make-busybox-image"
 SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "life" / "secrets"
 OLD, NEW = "535.261.03", "535.309.01"
 KERNEL_RELEASE = "bookworm-backports"
@@ -604,3 +607,16 @@ def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None
     assert ok("ctl01", "sacctmgr --noheader --parsable2 show assoc where user=bob format=Account").strip() == ""
     refused = sh("ctl01", "runuser -u bob -- srun --partition=nlp --chdir=/tmp --immediate=30 true")
     assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
+
+
+def test_10_jobs_still_run_in_containers_on_every_node(life: Life) -> None:
+    """After the upgrades, the reboots, the kernel update, the rotations and the drift, a job in a container (pyxis
+    and enroot, which the first apply built and gpu04 installed from the controller when it joined) runs on every
+    GPU node, as alice, inside its image."""
+    for node in life.nodes:
+        ok(node, f"bash -c {shlex.quote(MAKE_IMAGE.read_text())} make-image /srv/images/busybox.sqsh")
+    script = '. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)"'
+    rows = ok("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
+                       f"--nodes={len(life.nodes)} --ntasks-per-node=1 --gres=gpu:1 "
+                       f"--container-image=/srv/images/busybox.sqsh sh -c {shlex.quote(script)}")  # fmt: skip
+    assert sorted(rows.splitlines()) == [f"{node}|gpuinfra test image (busybox)|alice" for node in life.nodes], rows
