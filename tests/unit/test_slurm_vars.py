@@ -177,10 +177,9 @@ def _scenario_vars(name: str) -> dict[str, Any]:
 
 
 def _relative_sources(rendered_vars: dict[str, Any]) -> dict[str, Any]:
-    """The scenario names the release sources from its playbooks' folder, as a user's inventory would; gpuinfra
-    renders the absolute path."""
+    """The scenario names the release sources under `~/`, as the model does; gpuinfra renders the absolute path."""
     sources = Path(rendered_vars["slurm_containers_build_sources"])
-    return rendered_vars | {"slurm_containers_build_sources": os.path.relpath(sources, SCENARIO.parent)}
+    return rendered_vars | {"slurm_containers_build_sources": f"~/{sources.relative_to(Path.home())}"}
 
 
 def test_scenario_two_node_vars_are_what_the_model_renders() -> None:
