@@ -106,8 +106,8 @@ class Topology(Model):
 
 class Containers(Model):
     """Containers in jobs: NVIDIA's pyxis SPANK plugin with enroot (`srun --container-image=...`). gpuinfra builds
-    their Debian packages from the release sources once per OS release and Slurm version, and installs them on the
-    Slurm hosts from the controller."""
+    their Debian packages from the release sources once per OS release (and so per Slurm release), and installs
+    them on the Slurm hosts from the controller."""
 
     sources: ControllerPath
     """Folder on the controller with the release sources: enroot-4.1.2.tar.gz, makeself-5742be6.tar.gz and

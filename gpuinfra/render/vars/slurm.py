@@ -311,8 +311,9 @@ def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
     containers = slurm.containers
     sources = {source.file: source for source in catalog.CONTAINER_SOURCES}
     enroot, makeself, pyxis = (name.rsplit("-", 1)[1].removesuffix(".tar.gz") for name in sources)
-    release = catalog.os_release(next(iter(rc.hosts.values())).os) if rc.hosts else None
-    codename = release.codename if release else "{{ ansible_facts['distribution_release'] }}"
+    hosts = containers_hosts(rc)
+    release = catalog.os_release(rc.hosts[hosts[0]].os) if hosts else None
+    codename = release.codename if release else "{{ ansible_facts['distribution_release'] }}"  # Ubuntu: from facts
     packages = f"{PACKAGE_CACHE}/{codename}/enroot-{enroot}_pyxis-{pyxis}"
     return {
         "slurm_containers_build_sources": containers.sources,
