@@ -289,7 +289,10 @@ def _containers(model: Cluster, report: Diagnostics) -> None:
     slurm = model.slurm
     if slurm is None or slurm.containers is None:
         return
-    if not model.container_toolkit.install:
+    real_gpus = any(
+        group.gpu and not group.gpu.emulated and "slurm_compute" in group.roles for group in model.node_groups.values()
+    )
+    if real_gpus and not model.container_toolkit.install:
         report.warning(
             ("slurm", "containers"),
             "the container toolkit is not installed (container_toolkit.install: false), so enroot's GPU hook has "

@@ -146,3 +146,9 @@ def test_the_roles_defaults_are_what_the_cluster_file_gets() -> None:
     for name, value in rendered.items():  # the versions, checksums and folders: the catalog's
         if name != "slurm_containers_build_sources":  # required: the role has no default
             assert defaults[name] == value, name
+
+
+def test_emulated_gpus_need_no_toolkit(tmp_path: Path, sources: Path) -> None:
+    """The sandbox's GPUs have no driver for the hook to bring into a container: no warning there."""
+    text = CLUSTER.replace("gpu: {model: L4, count: 2}", "gpu: {model: L4, count: 2, emulated: true}")
+    assert load_cluster(_write(tmp_path, text + "container_toolkit: {install: false}\n")).warnings == []
