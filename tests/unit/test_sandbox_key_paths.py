@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import container_sources
 import pytest
 
 from gpuinfra.errors import InvalidInput
@@ -48,6 +49,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    container_sources.link_into(home)
     return home
 
 

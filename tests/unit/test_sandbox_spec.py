@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import container_sources
 import pytest
 
 from gpuinfra import sandbox
@@ -306,6 +307,7 @@ def test_gpu_nodes_that_overflow_the_subnet_are_refused(tmp_path: Path) -> None:
 
 def test_the_committed_sandbox_resizes_to_sixteen_gpu_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # its state folder is under ~
+    container_sources.link_into(tmp_path)
     spec = sandbox_spec(load_cluster(resized(SANDBOX, 16, "img")), "img")
     assert [c.host for c in spec.containers] == ["ctl01", *(f"gpu{i:02d}" for i in range(1, 17))]
     assert spec.containers[-1].address == "10.213.42.26"
