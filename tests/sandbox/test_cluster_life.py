@@ -612,11 +612,11 @@ def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None
 def test_10_jobs_still_run_in_containers_on_every_node(life: Life) -> None:
     """After the upgrades, the reboots, the kernel update, the rotations and the drift, a job in a container (pyxis
     and enroot, which the first apply built and gpu04 installed from the controller when it joined) runs on every
-    GPU node, as alice, inside its image."""
+    GPU node, as alice, inside its image. One job per node: the normal QoS gives a job one GPU."""
+    script = shlex.quote('. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)"')
     for node in life.nodes:
         ok(node, f"bash -c {shlex.quote(MAKE_IMAGE.read_text())} make-image /srv/images/busybox.sqsh")
-    script = '. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)"'
-    rows = ok("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
-                       f"--nodes={len(life.nodes)} --ntasks-per-node=1 --gres=gpu:1 "
-                       f"--container-image=/srv/images/busybox.sqsh sh -c {shlex.quote(script)}")  # fmt: skip
-    assert sorted(rows.splitlines()) == [f"{node}|gpuinfra test image (busybox)|alice" for node in life.nodes], rows
+        row = ok("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
+                          f"--nodelist={node} --gres=gpu:1 --container-image=/srv/images/busybox.sqsh "
+                          f"sh -c {script}")  # fmt: skip
+        assert row.strip() == f"{node}|gpuinfra test image (busybox)|alice", row
