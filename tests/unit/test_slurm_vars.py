@@ -176,7 +176,7 @@ def _scenario_vars(name: str) -> dict[str, Any]:
     return data
 
 
-def _relative_sources(rendered_vars: dict[str, Any]) -> dict[str, Any]:
+def _home_relative_sources(rendered_vars: dict[str, Any]) -> dict[str, Any]:
     """The scenario names the release sources under `~/`, as the model does; gpuinfra renders the absolute path."""
     sources = Path(rendered_vars["slurm_containers_build_sources"])
     return rendered_vars | {"slurm_containers_build_sources": f"~/{sources.relative_to(Path.home())}"}
@@ -184,7 +184,7 @@ def _relative_sources(rendered_vars: dict[str, Any]) -> dict[str, Any]:
 
 def test_scenario_two_node_vars_are_what_the_model_renders() -> None:
     rendered_vars = slurm.group_vars(load_cluster(MODEL).resolved)
-    assert _scenario_vars("two_nodes.yml") == _relative_sources(rendered_vars)
+    assert _scenario_vars("two_nodes.yml") == _home_relative_sources(rendered_vars)
 
 
 def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
@@ -192,7 +192,7 @@ def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
     groups = dict(model.node_groups)
     groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "slurm-gpu01"})
     rendered_vars = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
-    assert _scenario_vars("one_node.yml") == _relative_sources(rendered_vars)
+    assert _scenario_vars("one_node.yml") == _home_relative_sources(rendered_vars)
 
 
 @pytest.mark.parametrize(("mode", "line"), [("cancel", "CANCEL"), ("requeue", "REQUEUE")])

@@ -310,7 +310,8 @@ def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
         return {}
     containers = slurm.containers
     sources = {source.file: source for source in catalog.CONTAINER_SOURCES}
-    enroot, makeself, pyxis = (name.rsplit("-", 1)[1].removesuffix(".tar.gz") for name in sources)
+    versions = dict(name.removesuffix(".tar.gz").rsplit("-", 1) for name in sources)
+    enroot, makeself, pyxis = versions["enroot"], versions["makeself"], versions["pyxis"]
     hosts = containers_hosts(rc)
     release = catalog.os_release(rc.hosts[hosts[0]].os) if hosts else None
     codename = release.codename if release else "{{ ansible_facts['distribution_release'] }}"  # Ubuntu: from facts
