@@ -2,8 +2,8 @@
 
 No image registry is reachable from the machines this runs on, so an image is built from Debian's archive:
 debootstrap into a temporary folder, then `podman import` with /sbin/init as its command. About 70 s here.
-One image per platform, named after the cluster file's `os`: `localhost/gpuinfra-debian12` (bookworm, the sandbox's
-and most scenarios') and `localhost/gpuinfra-debian13` (trixie), built the same way from their own suite.
+One image per platform, named after the cluster file's `os`: `localhost/gpuinfra-debian13` (trixie, the sandbox's
+and most scenarios') and `localhost/gpuinfra-debian12` (bookworm), built the same way from their own suite.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PLATFORMS: dict[str, Platform] = {
     "debian12": Platform("debian12", "bookworm"),
     "debian13": Platform("debian13", "trixie"),
 }
-DEFAULT_PLATFORM = PLATFORMS["debian12"]
+DEFAULT_PLATFORM = PLATFORMS["debian13"]  # the sandbox cluster file's os
 DEFAULT_IMAGE = DEFAULT_PLATFORM.image
 SUITE = DEFAULT_PLATFORM.suite
 MIRROR = "http://deb.debian.org/debian"

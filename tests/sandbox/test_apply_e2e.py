@@ -111,7 +111,7 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
 
 
 def test_the_same_job_runs_in_a_container_as_alice(sandbox: Path) -> None:
-    """The quickstart's container job, on Debian 12's Slurm 22.05 with the pyxis and enroot packages the first
+    """The quickstart's container job, on Debian 13's Slurm 24.11 with the pyxis and enroot packages the first
     apply built on gpu01: an image file each GPU node makes (no registry), one GPU on each node, the task inside the
     image as alice with its GPU variable."""
     for node in ("gpu01", "gpu02"):

@@ -28,7 +28,7 @@ BLOCKS = Path(__file__).resolve().parent / "blocks" / "cluster.yml"
 
 
 def _gpuinfra(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI without $GPUINFRA_NODE_IMAGE (the Debian 12 driver image the other sandbox tests share): each host
+    """The CLI without $GPUINFRA_NODE_IMAGE (the driver image the other sandbox tests share): each host
     runs its own os's base image."""
     env = {name: value for name, value in os.environ.items() if name != IMAGE_ENV}
     return subprocess.run(

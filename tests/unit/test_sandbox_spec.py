@@ -12,7 +12,7 @@ from gpuinfra import sandbox
 from gpuinfra.cli import exitcodes, main
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import known_hosts_text
-from gpuinfra.sandbox.image import INCLUDE, PLATFORMS, ImageResult, debootstrap_args
+from gpuinfra.sandbox.image import DEFAULT_PLATFORM, INCLUDE, PLATFORMS, ImageResult, debootstrap_args
 from gpuinfra.sandbox.resize import SUFFIX as RESIZE_SUFFIX
 from gpuinfra.sandbox.resize import resized
 from gpuinfra.sandbox.spec import COMPILER_CACHE, EMULATED_GPUS, network_create_args, run_args, spec_digest, user_id
@@ -233,7 +233,7 @@ def test_known_hosts_lines_name_address_and_host() -> None:
 def test_the_image_has_what_the_working_rules_list() -> None:
     args = debootstrap_args(Path("/tmp/rootfs"))
     assert args[:2] == ["debootstrap", "--variant=minbase"]
-    assert args[-3:] == ["bookworm", "/tmp/rootfs", "http://deb.debian.org/debian"]
+    assert args[-3:] == ["trixie", "/tmp/rootfs", "http://deb.debian.org/debian"]
     assert set(INCLUDE) >= {"systemd", "systemd-sysv", "python3", "python3-apt", "openssh-server", "sudo", "kmod"}
 
 
@@ -242,9 +242,15 @@ def test_each_platform_image_is_its_suite_built_the_same_way() -> None:
         "debian12": ("bookworm", "localhost/gpuinfra-debian12"),
         "debian13": ("trixie", "localhost/gpuinfra-debian13"),
     }
-    bookworm = debootstrap_args(Path("/tmp/rootfs"))
-    trixie = debootstrap_args(Path("/tmp/rootfs"), suite=PLATFORMS["debian13"].suite)
-    assert trixie == [arg.replace("bookworm", "trixie") for arg in bookworm]
+    trixie = debootstrap_args(Path("/tmp/rootfs"))
+    bookworm = debootstrap_args(Path("/tmp/rootfs"), suite=PLATFORMS["debian12"].suite)
+    assert bookworm == [arg.replace("trixie", "bookworm") for arg in trixie]
+
+
+def test_the_default_image_is_the_sandbox_cluster_files_os() -> None:
+    """scripts/setup builds the default image: the one the quickstart's sandbox starts its hosts from."""
+    loaded = load_cluster(SANDBOX)
+    assert {host.os for host in loaded.resolved.hosts.values()} == {DEFAULT_PLATFORM.os} == {"debian13"}
 
 
 def test_image_command_builds_the_platform_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -255,12 +261,12 @@ def test_image_command_builds_the_platform_asked_for(monkeypatch: pytest.MonkeyP
         return ImageResult(name, built=False, seconds=0.0)
 
     monkeypatch.setattr(sandbox, "ensure_image", ensure)
-    assert main(["sandbox", "image", "--os", "debian13"]) == exitcodes.OK
+    assert main(["sandbox", "image", "--os", "debian12"]) == exitcodes.OK
     assert main(["sandbox", "image"]) == exitcodes.OK
     assert main(["sandbox", "image", "--os", "debian13", "--image", "localhost/other"]) == exitcodes.OK
     assert asked == [
-        ("localhost/gpuinfra-debian13", "trixie"),
         ("localhost/gpuinfra-debian12", "bookworm"),
+        ("localhost/gpuinfra-debian13", "trixie"),
         ("localhost/other", "trixie"),
     ]
 
