@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 from gpuinfra.model import Cluster
 from gpuinfra.render.inventory import group_vars
@@ -301,3 +303,16 @@ def test_each_compute_group_gets_its_own_node_definition_without_names() -> None
     model = _cluster()
     assert slurm.node_group_vars(resolve(model)) == {"gpu": {"slurm_compute_node": {"gres": ["gpu:h100:1"]}}}
     assert "SlurmctldParameters=enable_configless" in rendered(SMALL)["slurm/slurm.conf"]
+
+
+@pytest.mark.parametrize(
+    ("release", "takes_nodes"), [("22.05", False), ("23.02", False), ("23.11", True), ("24.11", True), ("", False)]
+)
+def test_only_slurm_23_11_and_later_take_a_new_node_without_a_restart(release: str, takes_nodes: bool) -> None:
+    """slurm_common restarts slurmctld for a new node unless reconfigure starts it anew in place (23.11 on); a
+    release gpuinfra does not know ("") restarts."""
+    expression = yaml.safe_load((ROOT / "roles" / "slurm_common" / "vars" / "main.yml").read_text())[
+        "__slurm_common_reconfigure_takes_nodes"
+    ]
+    templar = Templar(loader=DataLoader(), variables={"slurm_common_release": release})
+    assert templar.template(trust_as_template(expression)) is takes_nodes
