@@ -51,6 +51,13 @@ INVENTORY_SOURCE = Path("inventory") / "gpuinfra.yml"
 # of MB, mostly shared with its parent.
 MAX_DEFAULT_FORKS = 50
 
+# How often ansible-playbook looks at its workers' results while the hosts work. Ansible's 1 ms costs the controller
+# CPU for as long as a task waits on its slowest host: a quarter of a no-op's at 33 hosts (benchmarks/noop_scaling.py).
+# 10 ms adds at most that to a task. The setting has no environment variable, hence a file.
+RUN_CONFIG = "[defaults]\ninternal_poll_interval = 0.01\n"
+# Where Ansible looks for a configuration after ANSIBLE_CONFIG and ./ansible.cfg (a run's working folder is its own).
+USER_CONFIGS = (Path("~/.ansible.cfg"), Path("/etc/ansible/ansible.cfg"))
+
 # How often runner looks at the cancel flag and the timeout while ansible-playbook runs (seconds).
 _POLL_SECONDS = 0.2
 
@@ -254,9 +261,25 @@ def _envvars(run_dir: Path) -> dict[str, str]:
         # site.yml has a play per concern: gather each host's facts once per run, not once per play.
         "ANSIBLE_GATHERING": os.environ.get("ANSIBLE_GATHERING", "smart"),
     }
-    if "ANSIBLE_CONFIG" not in os.environ and (ROOT / "ansible.cfg").is_file():
-        env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    config = _config_file(run_dir)
+    if config is not None:
+        env["ANSIBLE_CONFIG"] = str(config)
     return env
+
+
+def _config_file(run_dir: Path) -> Path | None:
+    """The Ansible configuration a run reads, where gpuinfra picks it: the checkout's ansible.cfg when it has one,
+    else the run's own (RUN_CONFIG), unless the user has a configuration Ansible would read (ANSIBLE_CONFIG or one
+    of USER_CONFIGS): that one is never overridden."""
+    if "ANSIBLE_CONFIG" in os.environ:
+        return None
+    if (ROOT / "ansible.cfg").is_file():
+        return ROOT / "ansible.cfg"
+    if any(path.expanduser().is_file() for path in USER_CONFIGS):
+        return None
+    path = run_dir / "ansible.cfg"
+    path.write_text(RUN_CONFIG)
+    return path
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -177,6 +177,17 @@ def test_forks_default_to_one_per_host_and_follow_the_option(run_root: Path) -> 
     assert run_playbook(inventory, options("forks.yml", forks=2), hosts=hosts).artifacts["forks"] == 2
 
 
+def test_a_run_polls_its_workers_every_10_ms_unless_the_user_has_a_configuration(
+    run_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inventory = local_inventory("n1")
+    assert run_playbook(inventory, options("poll_interval.yml")).artifacts["poll"] == 0.01
+    (tmp_path / ".ansible.cfg").write_text("[defaults]\nforks = 7\n")
+    assert run_playbook(inventory, options("poll_interval.yml")).artifacts["poll"] == 0.001  # Ansible's own
+
+
 def test_the_default_forks_stop_at_their_ceiling_and_leave_an_unknown_count_to_ansible() -> None:
     assert default_forks(1) == 1
     assert default_forks(MAX_DEFAULT_FORKS + 1) == MAX_DEFAULT_FORKS
