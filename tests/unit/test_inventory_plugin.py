@@ -327,7 +327,7 @@ def test_docs_ansible_cfg_holds_the_settings_apply_gives_its_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/ansible.cfg is for runs without the CLI: it must not drift from what gpuinfra.run sets."""
-    from gpuinfra.run import _envvars
+    from gpuinfra.run import RUN_CONFIG, _envvars
 
     for name in ("ANSIBLE_PIPELINING", "ANSIBLE_GATHERING"):
         monkeypatch.delenv(name, raising=False)
@@ -335,6 +335,9 @@ def test_docs_ansible_cfg_holds_the_settings_apply_gives_its_runs(
     config = configparser.ConfigParser()
     config.read(ROOT / "docs" / "ansible.cfg")
     assert config.get("defaults", "gathering") == env["ANSIBLE_GATHERING"]
+    run_config = configparser.ConfigParser()
+    run_config.read_string(RUN_CONFIG)
+    assert dict(run_config["defaults"]).items() <= dict(config["defaults"]).items()
     assert config.getboolean("ssh_connection", "pipelining") is (env["ANSIBLE_PIPELINING"] == "True")
     assert config.getboolean("inventory", "unparsed_is_failed") is (env["ANSIBLE_INVENTORY_UNPARSED_FAILED"] == "True")
     enabled = [name.strip() for name in config.get("inventory", "enable_plugins").split(",")]
