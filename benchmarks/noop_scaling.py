@@ -78,7 +78,7 @@ def memory_mb(containers: list[str]) -> list[float]:
 def measured(cluster: Path, gpu_nodes: int, forks: int | None, pairs: int) -> Size:
     """One untimed no-op, then `pairs` of (no-op, ping), each with the controller's CPU; their medians."""
     reapply(cluster, forks)  # lets the nodes just converged settle; not timed
-    noops, floors, changed, hosts = [], [], 0, 0
+    noops, floors, changed = [], [], 0
     for _ in range(pairs):
         cpu_before = children_cpu_s()
         noop_s, result = reapply(cluster, forks)
@@ -89,10 +89,9 @@ def measured(cluster: Path, gpu_nodes: int, forks: int | None, pairs: int) -> Si
         floor_s = floor(cluster, forks)
         floors.append((floor_s, children_cpu_s() - cpu_after))
         changed += sum(stats.changed for stats in result.hosts.values())
-        hosts = len(result.hosts)
     median = statistics.median
     return Size(
-        gpu_nodes, hosts,
+        gpu_nodes, len(result.hosts),
         median(t for t, _ in noops), median(c for _, c in noops),
         median(t for t, _ in floors), median(c for _, c in floors),
         changed,
