@@ -36,7 +36,7 @@ from .collection import ROOT, link_collection
 from .errors import GpuinfraError
 from .progress import Change, Event, Failure, HostStats, RunProgress, Update, redact_data
 from .redact import Redactor, secrets_folders
-from .render.inventory import inventory_yaml
+from .render.inventory import as_data, inventory_yaml
 from .validate.load import LoadedCluster
 
 PLAYBOOKS = ROOT / "playbooks"
@@ -436,7 +436,9 @@ def run_playbook(
             tags=",".join(options.tags) or None,
             skip_tags=",".join(options.skip_tags) or None,
             forks=options.forks or default_forks(len(hosts or ())),
-            extravars=dict(options.extra_vars) or None,
+            # Extra vars carry what hosts reported (health problems, XID texts, process names) as often as an
+            # admin's settings: as data, never templates, exactly as the inventory's values are.
+            extravars=as_data(dict(options.extra_vars)) or None,
             cmdline=cmdline or None,
             quiet=True,
             suppress_env_files=True,

@@ -16,11 +16,13 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
 
 from gpuinfra.model.grammar import duration_seconds
+from gpuinfra.render.vars.health import EMULATED_KERNEL_LOG
 from gpuinfra.validate.load import load_cluster
 
 SWITCH = "/usr/local/lib/gpuinfra-sandbox/gpuinfra-sandbox-gpu"
@@ -97,6 +99,33 @@ def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -
     took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), 2 * interval)
     print(f"gpu02 resumed {took:.1f} s after the operator cleared the XID")
     assert node("gpu02")[1] == ""
+
+
+def test_drain_unhealthy_takes_what_a_node_reports_as_data(interval: int, tmp_path: Path) -> None:
+    """`gpuinfra health --drain-unhealthy` hands a node's problems back to Ansible for the drain reason. A job user
+    names a process so that its XID's text holds Jinja: the literal text reaches the report and slurmctld's reason,
+    and nothing runs on the controller (this machine). Passing the reason to Ansible as a plain extra var again
+    makes the lookups run: `id -un` fills the reason and the marker appears."""
+    marker = tmp_path / "ran-on-the-controller"
+    name = f",{{{{ lookup('pipe', 'touch {marker}') }}}}{{{{ lookup('pipe', 'id -un') }}}}"
+    line = f"NVRM: Xid (PCI:0000:2a:00): 79, pid=4242, name={name}, GPU has fallen off the bus."
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    append = f"echo {shlex.quote(f'{stamp} gpu02 kernel: {line}')} >> {EMULATED_KERNEL_LOG}"
+    assert on_host("gpu02", "sh", "-c", shlex.quote(append)).returncode == 0
+    try:
+        done = gpuinfra("health", str(SANDBOX_CLUSTER), "--limit", "gpu02", "--drain-unhealthy", "--json")
+        doc = json.loads(done.stdout)
+        [gpu02] = doc["nodes"]
+        assert gpu02["status"] == "unhealthy", doc
+        literal = "{{ lookup('pipe', 'id -un') }}"
+        assert any(literal in problem for problem in gpu02["problems"]), gpu02
+        assert literal in doc["drained"]["gpu02"], doc
+        state, reason = node("gpu02")
+        assert drained(state) and reason.startswith("gpuinfra health: ") and literal in reason, reason
+        assert not marker.exists()
+    finally:
+        _restore()
+    wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
 
 
 def test_a_pending_row_remap_drains_until_the_gpu_is_reset(interval: int) -> None:

@@ -60,6 +60,19 @@ def test_changed_task_is_counted_and_recorded(run_root: Path, tmp_path: Path) ->
     assert second.outcome is Outcome.OK and second.hosts["n1"].changed == 0
 
 
+def test_extra_vars_reach_ansible_as_data_never_as_templates(run_root: Path, tmp_path: Path) -> None:
+    """What a node reports (a health problem, an XID's process name) comes back to Ansible as an extra var, for a
+    drain reason: Ansible must not evaluate it. Unwrapped, this lookup runs on the controller and `id` fills the
+    reason."""
+    marker = tmp_path / "ran-on-the-controller"
+    reported = f"XID 13 ({{{{ lookup('pipe', 'touch {marker}') }}}}), name=,{{{{ lookup('pipe', 'id -un') }}}}"
+    run = options("reported.yml", extra_vars={"target_dir": str(tmp_path), "reported_reason": reported})
+    result = run_playbook(local_inventory("n1"), run)
+    assert result.outcome is Outcome.CHANGED, result.failures
+    assert (tmp_path / "n1.txt").read_text() == f"Reason={reported}\n"
+    assert not marker.exists()
+
+
 def test_check_mode_reports_pending_changes_without_making_them(run_root: Path, tmp_path: Path) -> None:
     run = options("changed.yml", check=True, diff=True, extra_vars={"target_dir": str(tmp_path)})
     result = run_playbook(local_inventory("n1"), run)
