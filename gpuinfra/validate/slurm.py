@@ -298,6 +298,14 @@ def _containers(model: Cluster, report: Diagnostics) -> None:
             "the container toolkit is not installed (container_toolkit.install: false), so enroot's GPU hook has "
             "no nvidia-container-cli: images that ask for GPUs (NGC's) fail to start",
         )
+    builders = [g for g in model.node_groups.values() if "slurm_controller" in g.roles]
+    if builders and "slurm_compute" in builders[0].roles:
+        report.error(
+            ("slurm", "containers"),
+            "enroot and pyxis are built on the Slurm controller, where no job may run: its node group also has "
+            "slurm_compute, whose job users could poison the packages every Slurm host installs as root; move "
+            "slurm_compute to other hosts",
+        )
     where = ("slurm", "containers", "sources")
     folder = Path(slurm.containers.sources)  # absolute: see load.absolute_paths
     if not folder.is_dir():

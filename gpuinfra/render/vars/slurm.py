@@ -303,8 +303,9 @@ def job_mapping_dir(model: Cluster) -> str:
 
 
 def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
-    """The slurm_containers_build and slurm_containers roles' settings: the catalog's pinned sources, and one
-    package folder on the controller per OS release (validation keeps a cluster's Slurm hosts on one)."""
+    """The slurm_containers_build and slurm_containers roles' settings: the catalog's pinned sources, the host that
+    builds (the Slurm controller, where no job runs: validation sees to it), and the cluster's own package folder on
+    the controller for its OS release (validation keeps a cluster's Slurm hosts on one)."""
     slurm = rc.model.slurm
     if slurm is None or slurm.containers is None:
         return {}
@@ -315,7 +316,8 @@ def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
     hosts = containers_hosts(rc)
     release = catalog.os_release(rc.hosts[hosts[0]].os) if hosts else None
     codename = release.codename if release else "{{ ansible_facts['distribution_release'] }}"  # Ubuntu: from facts
-    packages = f"{PACKAGE_CACHE}/{codename}/enroot-{enroot}_pyxis-{pyxis}"
+    packages = f"{PACKAGE_CACHE}/{rc.model.name}/{codename}/enroot-{enroot}_pyxis-{pyxis}"
+    controllers = [host.name for host in rc.hosts.values() if CONTROLLER_ROLE in host.roles]
     return {
         "slurm_containers_build_sources": containers.sources,
         "slurm_containers_build_checksums": {name: source.sha256 for name, source in sources.items()},
@@ -323,6 +325,7 @@ def containers_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_containers_build_pyxis_version": pyxis,
         "slurm_containers_build_makeself_commit": makeself,
         "slurm_containers_build_dest": packages,
+        "slurm_containers_build_host": controllers[0] if controllers else "",
         "slurm_containers_packages_dir": packages,
         "slurm_containers_cgroups_hook": slurm.cgroups,
         "slurm_containers_data_path": containers.data_path,
