@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Model
 from .grammar import (
@@ -104,6 +105,32 @@ class Topology(Model):
     block where it fits. Every Slurm compute host is in exactly one."""
 
 
+# Trees the system and its package manager own: enroot's folders are never placed in one (the role makes their
+# parents root's and 0755, and removes whatever sits where a user's folder goes).
+SYSTEM_TREES = (
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys", "/dev",
+    "/root", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/systemd", "/var/lib/mysql", "/var/lib/slurm", "/var/log",
+    "/var/spool", "/var/cache/apt", "/run/munge", "/etc/munge",
+)  # fmt: skip
+# Folders that hold others' files: a subfolder of one is fine, the folder itself is not.
+SHARED_FOLDERS = ("/", "/var", "/var/lib", "/var/cache", "/var/tmp", "/tmp", "/run", "/home", "/opt", "/srv", "/mnt")
+
+
+def _not_a_system_folder(value: str) -> str:
+    path = posixpath.normpath(value)
+    tree = next((t for t in SYSTEM_TREES if path == t or path.startswith(t + "/")), None)
+    if tree is not None:
+        raise ValueError(
+            f"{value} is in {tree}, which the system owns: "
+            "give a folder of enroot's own (the defaults are under /var/lib/enroot)"
+        )
+    if path in SHARED_FOLDERS:
+        raise ValueError(
+            f"{value} holds others' files: give a folder of enroot's own inside it, such as {path.rstrip('/')}/enroot"
+        )
+    return value
+
+
 class Containers(Model):
     """Containers in jobs: NVIDIA's pyxis SPANK plugin with enroot (`srun --container-image=...`). gpuinfra builds
     their Debian packages from the release sources once per OS release (and so per Slurm release), and installs
@@ -113,9 +140,20 @@ class Containers(Model):
     """Folder on the controller with the release sources: enroot-4.1.2.tar.gz, makeself-5742be6.tar.gz and
     pyxis-0.24.0.tar.gz, each checked against its pinned checksum."""
     data_path: AbsolutePath = "/var/lib/enroot/data"
-    """Node-local folder for the containers' unpacked file systems, one subfolder per user."""
+    """Node-local folder for the containers' unpacked file systems, one subfolder per user; never in a system tree
+    (/etc, /usr, /var/lib/dpkg, ...)."""
     cache_path: AbsolutePath = "/var/lib/enroot/cache"
-    """Node-local folder for imported images (squashfs), one subfolder per Unix group."""
+    """Node-local folder for imported images and layers, one subfolder per user."""
+    _system_folders = field_validator("data_path", "cache_path")(_not_a_system_folder)
+
+    @model_validator(mode="after")
+    def _apart(self) -> Containers:
+        data, cache = posixpath.normpath(self.data_path), posixpath.normpath(self.cache_path)
+        if data == cache or data.startswith(cache + "/") or cache.startswith(data + "/"):
+            raise ValueError(
+                f"data_path {self.data_path} and cache_path {self.cache_path} must be apart, neither inside the other"
+            )
+        return self
 
 
 class Slurm(Model):

@@ -112,7 +112,7 @@ def test_a_gpu_job_runs_on_both_gpu_nodes_through_slurm(sandbox: Path) -> None:
 
 def test_the_same_job_runs_in_a_container_as_alice(sandbox: Path) -> None:
     """The quickstart's container job, on Debian 13's Slurm 24.11 with the pyxis and enroot packages the first
-    apply built on gpu01: an image file each GPU node makes (no registry), one GPU on each node, the task inside the
+    apply built on ctl01: an image file each GPU node makes (no registry), one GPU on each node, the task inside the
     image as alice with its GPU variable."""
     for node in ("gpu01", "gpu02"):
         image = "/srv/images/busybox.sqsh"
@@ -129,6 +129,47 @@ def test_the_same_job_runs_in_a_container_as_alice(sandbox: Path) -> None:
         [node, "gpuinfra test image (busybox)", "alice"] for node in ("gpu01", "gpu02")
     ], job.stdout
     assert all(row[3] in ("0", "1") for row in rows), job.stdout
+
+
+def _uid(user: str) -> str:
+    done = on_host("gpu01", "id", "-u", user)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _folder(path: str) -> str:
+    done = on_host("gpu01", "stat", "-c", shlex.quote("%U %a"), path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_one_users_containers_are_out_of_anothers_reach(sandbox: Path) -> None:
+    """enroot's folders on a GPU node: the prolog made alice's own (0700, hers) for her container job, under
+    parents only root can write. bob can neither read hers nor make one in her name; a folder planted in her name
+    (as the 1777 parents of older releases allowed) is replaced by her own at her next job, and her container still
+    runs. Made with 1777 parents again, or without the prolog's check of the owner, this fails."""
+    alice, bob = _uid("alice"), _uid("bob")
+    parents = ["/var/lib/enroot/data", "/var/lib/enroot/cache", "/run/enroot"]
+    for parent in parents:
+        assert _folder(parent) == "root 755", parent
+        assert _folder(f"{parent}/user-{alice}") == "alice 700", parent
+    as_bob = ["runuser", "-u", "bob", "--"]
+    for parent in parents:
+        assert on_host("gpu01", *as_bob, "ls", f"{parent}/user-{alice}").returncode != 0, parent
+        made = on_host("gpu01", *as_bob, "mkdir", f"{parent}/user-{alice}/pyxis_mine")
+        assert "Permission denied" in made.stderr, (parent, made.stderr)
+        made = on_host("gpu01", *as_bob, "mkdir", f"{parent}/user-{int(bob) + 1}")
+        assert "Permission denied" in made.stderr, (parent, made.stderr)
+
+    planted = f"/var/lib/enroot/data/user-{alice}"
+    plant = f"rm -rf {planted} && install -d -o bob -m 0777 {planted} && touch {planted}/planted"
+    assert on_host("gpu01", "sh", "-c", shlex.quote(plant)).returncode == 0
+    srun = ["runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp", "--immediate=120",
+            "--nodelist=gpu01", "--gres=gpu:1", "--container-image=/srv/images/busybox.sqsh"]  # fmt: skip
+    job = on_host("ctl01", *srun, "sh", "-c", shlex.quote(". /etc/os-release; echo $PRETTY_NAME $(id -un)"))
+    assert (job.returncode, job.stdout.strip()) == (0, "gpuinfra test image (busybox) alice"), job.stderr
+    assert _folder(planted) == "alice 700"
+    assert on_host("gpu01", "test", "-e", f"{planted}/planted").returncode != 0
 
 
 def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path) -> None:

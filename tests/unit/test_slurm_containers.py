@@ -101,6 +101,39 @@ def test_enroots_folders_are_plain_absolute_paths(tmp_path: Path, sources: Path,
     assert error.startswith("14:5: slurm.containers.data_path: ")
 
 
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/etc", "/etc is in /etc, which the system owns"),
+        ("/usr/local/bin", "/usr/local/bin is in /usr, which the system owns"),
+        ("/var/lib/dpkg/x", "/var/lib/dpkg/x is in /var/lib/dpkg, which the system owns"),
+        ("/lib64", "/lib64 is in /lib64, which the system owns"),
+        ("/", "/ holds others' files"),
+        ("/var/lib", "/var/lib holds others' files"),
+        ("/var/./lib/", "/var/./lib/ holds others' files"),
+    ],
+)
+def test_enroots_folders_are_never_system_folders(tmp_path: Path, sources: Path, path: str, message: str) -> None:
+    """The role makes the parents root's and 0755 and removes what sits where a user's folder goes: never in a
+    tree the system owns, never a folder that holds others' files."""
+    text = CLUSTER.replace("sources: sources", f"sources: sources\n    cache_path: {path!r}")
+    (error,) = _errors(_write(tmp_path, text))
+    assert error.startswith(f"14:5: slurm.containers.cache_path: {message}"), error
+
+
+def test_enroots_folders_are_apart(tmp_path: Path, sources: Path) -> None:
+    text = CLUSTER.replace("sources: sources", "sources: sources\n    cache_path: /var/lib/enroot/data/cache")
+    (error,) = _errors(_write(tmp_path, text))
+    assert "slurm.containers: data_path /var/lib/enroot/data and cache_path /var/lib/enroot/data/cache" in error
+
+
+def test_packages_are_never_built_where_jobs_run(tmp_path: Path, sources: Path) -> None:
+    head = "roles: [slurm_controller, slurm_dbd, slurm_login]"
+    text = CLUSTER.replace(head, "roles: [slurm_controller, slurm_compute]")
+    refused = "slurm.containers: enroot and pyxis are built on the Slurm controller, where no job"
+    assert any(refused in error for error in _errors(_write(tmp_path, text)))
+
+
 def test_no_toolkit_warns_that_gpu_images_will_not_start(tmp_path: Path, sources: Path) -> None:
     loaded = load_cluster(_write(tmp_path, CLUSTER + "container_toolkit: {install: false}\n"))
     assert [w.path for w in loaded.warnings] == ["slurm.containers"]
@@ -114,9 +147,11 @@ def test_every_host_that_runs_or_submits_jobs_gets_them_compute_hosts_first(tmp_
     assert variables["slurm_common_containers"] is True
     assert variables["slurm_containers_build_sources"] == str(sources)
     assert variables["slurm_containers_build_checksums"] == {s.file: s.sha256 for s in catalog.CONTAINER_SOURCES}
-    # One folder of packages per release and version on the controller, built into and installed from.
-    packages = "~/.cache/gpuinfra/packages/bookworm/enroot-4.1.2_pyxis-0.24.0"
+    # One folder of packages per cluster, release and version on the controller, built into and installed from.
+    packages = "~/.cache/gpuinfra/packages/c/bookworm/enroot-4.1.2_pyxis-0.24.0"
     assert variables["slurm_containers_build_dest"] == variables["slurm_containers_packages_dir"] == packages
+    # Built where no job runs.
+    assert variables["slurm_containers_build_host"] == "ctl01"
 
 
 def test_off_by_default(tmp_path: Path) -> None:
@@ -131,7 +166,8 @@ def test_plugstack_loads_pyxis(tmp_path: Path, sources: Path) -> None:
     resolved = load_cluster(_write(tmp_path)).resolved
     (plugstack,) = render(resolved, only=[a for a in slurm.ARTIFACTS if a.path == "slurm/plugstack.conf"])
     lines = [line for line in plugstack.content.splitlines() if not line.startswith("#")]
-    assert lines == ["required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so"]
+    # A named container lives as long as its job, in its user's own folder.
+    assert lines == ["required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so container_scope=job"]
 
 
 def test_the_roles_defaults_are_what_the_cluster_file_gets() -> None:
@@ -140,8 +176,9 @@ def test_the_roles_defaults_are_what_the_cluster_file_gets() -> None:
     install = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     rendered = slurm.containers_vars(resolve(Cluster.model_validate(yaml.safe_load(CLUSTER))))
     defaults = {**build, **install}
-    facts = {"ansible_facts": {"distribution_release": "bookworm"}}
-    for name in ("slurm_containers_build_dest", "slurm_containers_packages_dir"):
+    facts = {"ansible_facts": {"distribution_release": "bookworm"}, "gpuinfra_cluster_name": "c"}
+    facts["groups"] = {"slurm_controller": ["ctl01"], "slurm_compute": ["gpu01", "gpu02"]}
+    for name in ("slurm_containers_build_dest", "slurm_containers_packages_dir", "slurm_containers_build_host"):
         defaults[name] = jinja2.Template(defaults[name]).render(**defaults, **facts)
     for name, value in rendered.items():  # the versions, checksums and folders: the catalog's
         if name != "slurm_containers_build_sources":  # required: the role has no default

@@ -20,12 +20,14 @@ TEMPLATES = ROOT / "roles" / "slurm_compute" / "templates"
 
 
 def script(tmp_path: Path, name: str, mapping_dir: str, health_check: str = "") -> Path:
-    """The rendered script; `health_check` names the program the prolog runs first (on_job_start), "" none."""
+    """The rendered script; `health_check` names the program the prolog runs first (on_job_start), "" none. Its
+    hooks are in tmp_path/hooks."""
     source = (TEMPLATES / f"{name}.sh.j2").read_text()
     variables = {
         "slurm_compute_job_mapping_dir": mapping_dir,
         "slurm_compute_health_check_program": health_check,
         "slurm_compute_health_check_on_job_start": bool(health_check),
+        "slurm_compute_prolog_hooks": str(tmp_path / "hooks"),
         "ansible_managed": "test",
     }
     text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
@@ -115,3 +117,24 @@ def test_the_health_check_before_the_job(
     prolog = script(tmp_path, "prolog", str(mapping), health_check=str(check))
     assert run(prolog, SLURM_JOB_ID="3", SLURM_JOB_GPUS="1").returncode == prolog_rc
     assert (mapping / "1").exists() is mapped
+
+
+def test_the_prolog_runs_each_executable_hook_with_the_jobs_environment(tmp_path: Path, mapping: Path) -> None:
+    """Other roles prepare the node for the job through hooks (each job user's enroot folders): each executable
+    `*.sh` runs, in name order, with the job's environment; one that fails is logged and the job goes on."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    seen = tmp_path / "seen"
+    hook_bodies = {
+        "20-second.sh": "exit 3",
+        "10-first.sh": f'echo "$SLURM_JOB_UID" >> {seen}',
+        "30-not-executable.sh": f"echo no >> {seen}",
+        "40-last.sh": f"echo last >> {seen}",
+    }
+    for name, body in hook_bodies.items():
+        (hooks / name).write_text(f"#!/bin/sh\n{body}\n")
+        (hooks / name).chmod(0o644 if "not-executable" in name else 0o755)
+    prolog = script(tmp_path, "prolog", str(mapping))
+    assert run(prolog, SLURM_JOB_ID="42", SLURM_JOB_UID="1001", SLURM_JOB_GPUS="0").returncode == 0
+    assert seen.read_text() == "1001\nlast\n"
+    assert (mapping / "0").read_text() == "42\n"
