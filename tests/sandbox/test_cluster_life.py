@@ -18,11 +18,11 @@ the health program on at its 10 s interval. The steps build on each other, in fi
 7. the monitoring certificates at their renewal time;
 8. hand-made drift of every kind a skipped role could hide, on five hosts at once;
 9. a user taken out of the cluster file;
-and a no-op after each of them; then
-10. a job in a container (pyxis and enroot) on every GPU node.
+and after each of them a job and a job in a container (pyxis and enroot, which the first apply built and gpu04
+installed from the controller when it joined) on every GPU node, and a no-op.
 
 Each step runs inside `sampled()`: slurmctld's view of the GPU nodes is sampled every half second on the controller
-through the step and after it, while a job runs on every GPU node and the next plain apply (the no-op) changes
+through the step and after it, while the jobs run on every GPU node and the next plain apply (the no-op) changes
 nothing, for at least 3 health intervals. No node may be out of service unless the step takes it out on purpose,
 and none may be out after the step.
 
@@ -56,6 +56,7 @@ from gpuinfra.validate.load import load_cluster
 LIFE = Path(__file__).resolve().parent / "life" / "cluster.yml"
 # Makes a container image on a node from local files, as the quickstart does.
 MAKE_IMAGE = Path(__file__).resolve().parents[2] / "scripts" / "make-busybox-image"
+IMAGE = "/srv/images/busybox.sqsh"
 SECRETS = Path.home() / ".local" / "share" / "gpuinfra" / "life" / "secrets"
 OLD, NEW = "535.261.03", "535.309.01"
 KERNEL_RELEASE = "bookworm-backports"
@@ -191,10 +192,17 @@ def sampled(life: Life, allowed: Allowed = nothing_out) -> Iterator[list[Sample]
 
 
 def jobs_run_on_every_node(life: Life) -> None:
+    """A plain job and a job in a container (pyxis and enroot, from an image file the node makes once) on every GPU
+    node, as alice. One job at a time: the normal QoS gives a job one GPU."""
+    script = shlex.quote('. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)"')
     for node in life.nodes:
         job = sh("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
                           f"--nodelist={node} --gres=gpu:1 hostname")  # fmt: skip
         assert (job.returncode, job.stdout.strip()) == (0, node), job.stderr
+        ok(node, f"test -e {IMAGE} || bash -c {shlex.quote(MAKE_IMAGE.read_text())} make-image {IMAGE}")
+        row = ok("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
+                          f"--nodelist={node} --gres=gpu:1 --container-image={IMAGE} sh -c {script}")  # fmt: skip
+        assert row.strip() == f"{node}|gpuinfra test image (busybox)|alice", row
 
 
 def next_apply_changes_nothing(life: Life) -> None:
@@ -608,15 +616,3 @@ def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None
     refused = sh("ctl01", "runuser -u bob -- srun --partition=nlp --chdir=/tmp --immediate=30 true")
     assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
 
-
-def test_10_jobs_still_run_in_containers_on_every_node(life: Life) -> None:
-    """After the upgrades, the reboots, the kernel update, the rotations and the drift, a job in a container (pyxis
-    and enroot, which the first apply built and gpu04 installed from the controller when it joined) runs on every
-    GPU node, as alice, inside its image. One job per node: the normal QoS gives a job one GPU."""
-    script = shlex.quote('. /etc/os-release; echo "$(hostname)|$PRETTY_NAME|$(id -un)"')
-    for node in life.nodes:
-        ok(node, f"bash -c {shlex.quote(MAKE_IMAGE.read_text())} make-image /srv/images/busybox.sqsh")
-        row = ok("ctl01", f"runuser -u alice -- srun --partition=vision --chdir=/tmp --immediate=120 "
-                          f"--nodelist={node} --gres=gpu:1 --container-image=/srv/images/busybox.sqsh "
-                          f"sh -c {script}")  # fmt: skip
-        assert row.strip() == f"{node}|gpuinfra test image (busybox)|alice", row
