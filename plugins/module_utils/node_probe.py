@@ -12,7 +12,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import stat
 import struct
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,9 @@ MODULE_TREES = ("/var/lib/dkms", "/etc/dkms", "/etc/modprobe.d", "/lib/modprobe.
 # The package managers' locks (dpkg's, apt's, rpm's): held while packages are installed, and so while DKMS builds
 # the module for a kernel being installed.
 PACKAGE_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/rpm/.rpm.lock")
+# Seconds a held lock may defer the DKMS judgement: far longer than a kernel's DKMS build, far shorter than forever
+# (an apt left at its prompt holds dpkg's lock for as long as nobody answers).
+PACKAGE_LOCK_LIMIT = 30 * 60
 
 
 @dataclass
@@ -55,8 +60,12 @@ class ProbeOptions:
     dkms_verdict: dict[str, Any] | None = None
     """Where a caller that checks again and again keeps its last DKMS judgement. While another process holds a
     package manager's lock, a kernel being installed may not have its module yet (DKMS builds it inside the same
-    dpkg run, for minutes), so the last judgement stands until the lock is free; None: always judged."""
+    dpkg run, for minutes), so the last judgement stands until the lock is free, or for package_lock_limit seconds
+    (since `lock_since`, kept there too); None: always judged."""
     package_locks: Sequence[str] = PACKAGE_LOCKS
+    package_lock_limit: float = PACKAGE_LOCK_LIMIT
+    clock: Callable[[], float] = time.time
+    """Wall-clock seconds: the deferral's start outlives the process that saw it, in the caller's state."""
 
 
 @dataclass
@@ -202,8 +211,10 @@ def remembered(run: Run, cache: dict[str, Any] | None, digest: str) -> Run:
 
 
 def lock_holder(paths: Sequence[str]) -> str | None:
-    """'PID n holds PATH' for the first of these lock files another process holds (fcntl's F_GETLK: only asks, so
-    it never makes the package manager wait); None when all are free or absent."""
+    """'PID n holds PATH' for the first of these lock files another process holds as a package manager does: a
+    write lock (fcntl's F_GETLK: only asks, so it never makes the package manager wait) on a file that only root,
+    or the user this runs as, can open for writing. A read lock does not count: any user may take one on rpm's lock
+    file, which is 0644. None when all are free or absent."""
     probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
     for path in paths:
         try:
@@ -211,12 +222,14 @@ def lock_holder(paths: Sequence[str]) -> str | None:
         except OSError:
             continue
         try:
+            info = os.fstat(fd)
             kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, probe))
         except OSError:
             continue
         finally:
             os.close(fd)
-        if kind != fcntl.F_UNLCK:
+        writable_by_others = info.st_uid not in (0, os.geteuid()) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if kind == fcntl.F_WRLCK and stat.S_ISREG(info.st_mode) and not writable_by_others:
             return f"{f'PID {pid}' if pid > 0 else 'a process'} holds {path}"  # an open file description's lock: -1
     return None
 
@@ -224,15 +237,32 @@ def lock_holder(paths: Sequence[str]) -> str | None:
 def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
     """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
     kept = options.dkms_verdict
-    if kept is not None:
-        holder = lock_holder(options.package_locks)
-        if holder:
-            kept["deferred"] = f"DKMS not judged while the package manager runs ({holder}): the last judgement stands"
-            return list(kept.get("kernels", [])), [], list(kept.get("problems", []))
-        kept.clear()
+    if kept is None:
+        return _judge_dkms(run, which, pin, options)
+    holder = lock_holder(options.package_locks)
+    if not holder:
+        kept.clear()  # the next hold starts its own clock
+    else:
+        now = options.clock()
+        since = kept.get("lock_since")
+        if not isinstance(since, (int, float)) or since > now:  # a clock set back restarts it: bounded still
+            kept["lock_since"] = since = now
+        held, limit = now - since, options.package_lock_limit
+        if "problems" not in kept:
+            kept["deferred"] = f"DKMS judged although the package manager runs ({holder}): no judgement to keep"
+        elif held < limit:
+            kept["deferred"] = (
+                f"DKMS not judged while the package manager runs ({holder}): the last judgement stands"
+                f" for up to {limit / 60:g} min"
+            )
+            return list(kept.get("kernels", [])), [], list(kept["problems"])
+        else:
+            kept["deferred"] = (
+                f"DKMS judged: the package manager has held its lock for {held // 60:.0f} min ({holder}),"
+                f" longer than the {limit / 60:g} min a deferral may last"
+            )
     kernels, entries, problems = _judge_dkms(run, which, pin, options)
-    if kept is not None:
-        kept.update(kernels=kernels, problems=problems)
+    kept.update(kernels=kernels, problems=problems)
     return kernels, entries, problems
 
 

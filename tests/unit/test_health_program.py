@@ -853,10 +853,12 @@ KERNELS = ["6.1.0-31-amd64", "6.12.95+deb12-amd64"]
 
 
 @contextlib.contextmanager
-def _held(lock: Path) -> Iterator[int]:
-    """Another process holding `lock` as dpkg does (fcntl), until the block ends; yields its PID."""
+def _held(lock: Path, how: str = "w LOCK_EX") -> Iterator[int]:
+    """Another process holding `lock` as dpkg does (opened for writing, an fcntl write lock), or as `how` says,
+    until the block ends; yields its PID."""
+    mode, kind = how.split()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.lockf(f, fcntl.LOCK_EX); "
+        [sys.executable, "-c", f"import fcntl, sys; f = open(sys.argv[1], {mode!r}); fcntl.lockf(f, fcntl.{kind}); "
          "print('held', flush=True); sys.stdin.read()", str(lock)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -872,7 +874,7 @@ def test_dkms_is_not_judged_while_the_package_manager_runs(probe: Any, tmp_path:
     health program keeps its last DKMS judgement until the lock is free, so a build in progress drains no node and
     a node drained for a missing module is not resumed on the way."""
     lock = tmp_path / "lock-frontend"
-    lock.touch()
+    lock.touch(mode=0o640)  # dpkg's: only root may open it for writing
     answer = {"status": ""}
 
     def run(argv: Any) -> tuple[int, str, str]:
@@ -903,3 +905,116 @@ def test_dkms_is_not_judged_while_the_package_manager_runs(probe: Any, tmp_path:
     with _held(lock):
         assert judge(kept) == [f"DKMS: no nvidia module {PIN} for kernel {KERNELS[1]}"]
     assert judge(kept) == []
+
+
+MISSING = f"DKMS: no nvidia module {PIN} for kernel {KERNELS[1]}"
+MINUTE = 60.0
+
+
+@dataclass
+class Dkms:
+    """dkms_state as the program calls it, with a clock the test sets and a lock file of its own."""
+
+    probe: Any
+    lock: Path
+    built: bool = True
+    now: float = 1_764_000_000.0
+    kept: dict[str, Any] = field(default_factory=dict)
+
+    def judge(self) -> list[str]:
+        kernels = KERNELS if self.built else KERNELS[:1]
+        status = "".join(f"nvidia-current/{PIN}, {k}, x86_64: installed\n" for k in kernels)
+        options = self.probe.ProbeOptions(
+            dkms_kernels=KERNELS, dkms_verdict=self.kept, package_locks=[str(self.lock)], clock=lambda: self.now
+        )
+        return list(self.probe.dkms_state(lambda argv: (0, status, ""), lambda name: name, PIN, options)[2])
+
+
+@pytest.fixture
+def dkms(probe: Any, tmp_path: Path) -> Dkms:
+    lock = tmp_path / ".rpm.lock"
+    lock.touch(mode=0o644)  # rpm's: any user may read it, only root write it
+    checker = Dkms(probe, lock)
+    assert checker.judge() == []  # judged healthy while no package manager ran
+    checker.built = False  # a kernel is being installed; DKMS has not built its module yet
+    return checker
+
+
+def test_a_held_lock_defers_the_dkms_judgement_until_the_limit(dkms: Dkms) -> None:
+    start = dkms.now
+    with _held(dkms.lock) as pid:
+        for minutes in (0, 10, 29.9):
+            dkms.now = start + minutes * MINUTE
+            assert dkms.judge() == [], minutes  # the last judgement stands
+        assert dkms.kept["lock_since"] == start
+        assert dkms.kept["deferred"] == (
+            f"DKMS not judged while the package manager runs (PID {pid} holds {dkms.lock}): the last judgement "
+            "stands for up to 30 min"
+        )
+
+
+def test_a_lock_held_past_the_limit_no_longer_hides_the_dkms_verdict(dkms: Dkms) -> None:
+    """An apt left at its prompt, or a hung dpkg, holds the lock for good: the judgement is made again regardless."""
+    start = dkms.now
+    with _held(dkms.lock) as pid:
+        dkms.judge()
+        for minutes in (30, 31, 24 * 60):
+            dkms.now = start + minutes * MINUTE
+            assert dkms.judge() == [MISSING], minutes
+        assert dkms.kept["deferred"] == (
+            f"DKMS judged: the package manager has held its lock for {24 * 60} min (PID {pid} holds {dkms.lock}), "
+            "longer than the 30 min a deferral may last"
+        )
+        dkms.built = True  # the build finished after all: healthy again, the lock still held
+        assert dkms.judge() == []
+
+
+def test_the_deferral_starts_again_once_the_lock_was_free(dkms: Dkms) -> None:
+    start = dkms.now
+    with _held(dkms.lock):
+        dkms.judge()
+        dkms.now = start + 40 * MINUTE
+        assert dkms.judge() == [MISSING]
+    dkms.built = True
+    dkms.now = start + 41 * MINUTE
+    assert dkms.judge() == [] and dkms.kept == {"kernels": KERNELS, "problems": []}  # no lock, no deferral left
+    dkms.built = False
+    with _held(dkms.lock):  # the next package run gets the whole limit again
+        dkms.now = start + 42 * MINUTE
+        assert dkms.judge() == []
+        dkms.now = start + 71 * MINUTE
+        assert dkms.judge() == []
+        assert dkms.kept["lock_since"] == start + 42 * MINUTE
+
+
+def test_a_first_check_under_a_held_lock_judges_dkms(probe: Any, tmp_path: Path) -> None:
+    """With no judgement kept (a new node, a lost state file), there is nothing to stand: a held lock cannot pass a
+    node whose DKMS was never judged."""
+    lock = tmp_path / "lock"
+    lock.touch(mode=0o644)
+    checker = Dkms(probe, lock, built=False)
+    with _held(lock) as pid:
+        assert checker.judge() == [MISSING]
+        assert checker.kept["deferred"] == (
+            f"DKMS judged although the package manager runs (PID {pid} holds {lock}): no judgement to keep"
+        )
+        assert checker.judge() == [MISSING]  # from now on it is deferred: the judgement it keeps is a real one
+
+
+@pytest.mark.parametrize(
+    ("how", "mode", "counts"),
+    [
+        ("w LOCK_EX", 0o644, True),  # dpkg's and rpm's own lock: a write lock, by root
+        ("r LOCK_SH", 0o644, False),  # a read lock: any user may take one on rpm's 0644 lock file
+        ("w LOCK_EX", 0o666, False),  # a write lock on a file any user may open for writing
+    ],
+)
+def test_only_a_write_lock_only_root_could_take_defers(
+    probe: Any, tmp_path: Path, how: str, mode: int, counts: bool
+) -> None:
+    lock = tmp_path / ".rpm.lock"
+    lock.touch()
+    lock.chmod(mode)
+    with _held(lock, how) as pid:
+        assert probe.lock_holder([str(lock)]) == (f"PID {pid} holds {lock}" if counts else None)
+    assert probe.lock_holder([str(lock)]) is None

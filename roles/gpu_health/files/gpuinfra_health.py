@@ -55,7 +55,14 @@ HELD_STATES = frozenset({"DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED", "R
 REASON_LENGTH = 120
 
 sys.path.insert(0, LIBRARY)
-from gpuinfra_node.node_probe import KernelLog, ProbeOptions, inspect, read_journal, read_log_file  # noqa: E402
+from gpuinfra_node.node_probe import (  # noqa: E402
+    PACKAGE_LOCK_LIMIT,
+    KernelLog,
+    ProbeOptions,
+    inspect,
+    read_journal,
+    read_log_file,
+)
 from gpuinfra_node.smi_report import pci_key  # noqa: E402
 from gpuinfra_node.verdict import Policy  # noqa: E402
 from gpuinfra_node.xid_log import XidEvent, parse_xid_log  # noqa: E402
@@ -423,6 +430,7 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         dkms_module=config.get("dkms_module") or None,
         module_cache=dict(state.get("module_cache", {})),
         dkms_verdict=dkms_verdict,
+        package_lock_limit=max(0, int(config.get("package_lock_limit", PACKAGE_LOCK_LIMIT))),
     )
     verdict = inspect(run, shutil.which, policy, options, [XidEvent(**e) for e in failing])
     if log.text is None:
