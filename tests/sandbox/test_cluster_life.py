@@ -177,18 +177,35 @@ def sampled(life: Life, allowed: Allowed = nothing_out) -> Iterator[list[Sample]
     )
     sh("ctl01", f"systemctl stop {SAMPLER}")  # one an earlier step's failure left running
     ok("ctl01", f"systemd-run --quiet --collect --unit={SAMPLER} sh -c {shlex.quote(script)}")
+    before = periodic_checks(life)
     samples: list[Sample] = []
     yield samples
     ended = time.time()
     serves(life)
     time.sleep(max(0.0, ended + 3 * life.interval - time.time()))
     ok("ctl01", f"systemctl stop {SAMPLER}")
+    # The health loop ran through the step on every node, and still runs: at least two periodic checks more than
+    # before it (the step and the settling after it span at least 3 intervals), the last one within 2 intervals.
+    for node, (count, last) in periodic_checks(life).items():
+        assert count >= before.get(node, (0, 0.0))[0] + 2, (node, before.get(node), count)
+        assert time.time() - last < 2 * life.interval + 5, (node, time.time() - last)
     samples.extend(_parse(ok("ctl01", f"cat {SAMPLES}")))
     assert len(samples) > 6 * life.interval, f"only {len(samples)} samples"
     during = [(s.time, node, reason) for s in samples if s.time <= ended for node, reason in s.out().items()]
     assert all(allowed(node, reason) for _, node, reason in during), [d for d in during if not allowed(*d[1:])][:5]
     after = [(s.time - ended, s.not_serving()) for s in samples if s.time > ended and s.not_serving()]
     assert after == [], f"not serving after the step: {after[:5]}"
+
+
+def periodic_checks(life: Life) -> dict[str, tuple[int, float]]:
+    """Each GPU node's count of periodic health checks (slurmd's HealthCheckProgram), and when the last began, as
+    the program keeps them in its state; (0, 0.0) on a node that never ran one."""
+    out = {}
+    for node in life.nodes:
+        state = sh(node, "cat /var/lib/gpuinfra-health/state.json")
+        run = json.loads(state.stdout).get("runs", {}).get("periodic", {}) if state.returncode == 0 else {}
+        out[node] = (int(run.get("count", 0)), float(run.get("last", 0.0)))
+    return out
 
 
 def jobs_run_on_every_node(life: Life) -> None:
@@ -615,4 +632,3 @@ def test_9_a_user_taken_out_of_the_cluster_file_loses_access(life: Life) -> None
     assert ok("ctl01", "sacctmgr --noheader --parsable2 show assoc where user=bob format=Account").strip() == ""
     refused = sh("ctl01", "runuser -u bob -- srun --partition=nlp --chdir=/tmp --immediate=30 true")
     assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
-

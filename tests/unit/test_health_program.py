@@ -1018,3 +1018,16 @@ def test_only_a_write_lock_only_root_could_take_defers(
     with _held(lock, how) as pid:
         assert probe.lock_holder([str(lock)]) == (f"PID {pid} holds {lock}" if counts else None)
     assert probe.lock_holder([str(lock)]) is None
+
+
+def test_each_kind_of_run_is_counted_so_a_stopped_loop_is_seen(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state counts the periodic checks apart from the prolog's before a job (SLURM_JOB_ID set) and an admin's
+    --no-action: a health loop that stopped running shows as a count that no longer grows."""
+    node.run()
+    node.run()
+    node.run("--no-action")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    node.run()
+    runs = json.loads((node.root / "state" / "s.json").read_text())["runs"]
+    assert {kind: run["count"] for kind, run in runs.items()} == {"periodic": 2, "manual": 1, "job_start": 1}
+    assert runs["periodic"]["last"] <= runs["job_start"]["last"] <= time.time()

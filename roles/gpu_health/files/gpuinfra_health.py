@@ -460,6 +460,23 @@ def add_system_path() -> None:
     os.environ["PATH"] = os.pathsep.join(folders)
 
 
+def run_kind(args: argparse.Namespace) -> str:
+    """Who asked: the Slurm prolog before a job (it sets SLURM_JOB_ID), an admin's --no-action, else the periodic
+    loop (slurmd's HealthCheckProgram, the Kubernetes timer, apply's check with new settings)."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return "job_start"
+    return "manual" if args.no_action else "periodic"
+
+
+def counted(runs: Any, kind: str) -> dict[str, Any]:
+    """How many checks of each kind this node has run, and when the last began: a loop that stopped is seen."""
+    out = {k: dict(v) for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
+    last = out.get(kind, {})
+    count = last.get("count") if isinstance(last.get("count"), int) else 0
+    out[kind] = {"count": count + 1, "last": round(time.time(), 3)}
+    return out
+
+
 def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     """Read the settings and the state, judge the node, keep the new state, and drain, resume or taint."""
     config = load_json(args.config)
@@ -474,7 +491,9 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         verdict = {"healthy": True, "problems": [], "note": "emulated GPUs without a recorded responder"}
         failing = []
     else:
-        verdict, state, failing = check(config, state)
+        verdict, new_state, failing = check(config, state)
+        new_state["runs"] = counted(state.get("runs"), run_kind(args))
+        state = new_state
         if not args.read_only:
             save_json(args.state, state)
     reason = drain_reason(verdict, failing, state.get("gpu_index", {})) if not verdict["healthy"] else ""
