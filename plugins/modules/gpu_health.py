@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -119,6 +120,14 @@ options:
     description: Fail the task, naming every GPU and its reasons, when the node is unhealthy.
     type: bool
     default: true
+  program:
+    description:
+      - The node health program (gpuinfra-health) to take the verdict from instead of judging here, for GPUs that
+        only it can read (the sandbox's emulated GPUs, whose stand-in answers it reads with its own settings).
+      - It runs with C(--read-only --json), so it keeps no state; the result has the same healthy, problems,
+        node_problems and gpus keys. The other options are then unused.
+    type: str
+    default: ""
 author:
   - gpuinfra maintainers
 notes:
@@ -262,6 +271,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "dkms_module": {"type": "str"},
     "dkms_kernels": {"type": "list", "elements": "str", "default": []},
     "fail_on_unhealthy": {"type": "bool", "default": True},
+    "program": {"type": "str", "default": ""},
 }
 
 
@@ -287,12 +297,38 @@ def read_kernel_log(module: AnsibleModule) -> KernelLog:
     return log
 
 
+def program_verdict(module: AnsibleModule, program: str) -> dict[str, Any]:
+    """The node health program's own verdict (`--read-only --json`: it keeps no state, so the next periodic check
+    still sees every XID), in this module's result shape. Only its structure is taken: its texts stay data."""
+    rc, out, err = module.run_command([program, "--read-only", "--json"], check_rc=False)
+    try:
+        verdict = json.loads(out) if rc in (0, 1) else None
+    except ValueError:
+        verdict = None
+    if not isinstance(verdict, dict):
+        module.fail_json(msg=f"the node health program could not judge the node (exit code {rc}): {err or out}")
+    problems = verdict.get("problems")
+    return {
+        "healthy": verdict.get("healthy") is True,
+        "problems": [str(p) for p in problems] if isinstance(problems, list) else [],
+        "node_problems": [str(p) for p in verdict.get("node_problems") or []],
+        "gpus": verdict.get("gpus") if isinstance(verdict.get("gpus"), list) else [],
+        "gpu_count": len(verdict.get("gpus") or []),
+        "judged_by": program,
+    }
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params
+    if p["program"]:
+        verdict = program_verdict(module, p["program"])
+        if p["fail_on_unhealthy"] and not verdict["healthy"]:
+            module.fail_json(msg=failure_message(verdict), changed=False, **verdict)
+        module.exit_json(changed=False, **verdict)
     policy = Policy(
         expected_count=p["expected_count"] or None,
         driver_version=(p["driver_version"] or "").strip(),

@@ -375,7 +375,8 @@ def test_rendered_variables(sections: dict[str, Any], expected: dict[str, Any]) 
     python_types = {"int": int, "bool": bool, "list": list, "str": str, "dict": dict}
     for name, value in rendered.items():
         assert type(value) is python_types[options[name]["type"]], name
-    assert health.ARTIFACTS == ()
+    templates = {"health.json.j2", "gpuinfra-health.service.j2", "gpuinfra-health.timer.j2"}
+    assert {(a.role, a.template) for a in health.ARTIFACTS} == {("gpu_health", t) for t in templates}
 
 
 def test_role_defaults_read_the_inventory_host_facts() -> None:
@@ -443,3 +444,22 @@ def test_health_playbook_fails_only_the_unhealthy_node(node: Node) -> None:
         "GPU node unhealthy (1 problem): GPU 1 (00000000:0F:00.0): MIG mode is Enabled, "
         "the model assigns no MIG layout to this GPU"
     ) in proc.stdout
+
+
+def test_a_node_health_programs_verdict_is_the_modules(node: Node) -> None:
+    """Emulated GPUs (the sandbox) are judged by the node health program, which reads their stand-in: the module
+    runs it read-only and fails with its problems, so `gpuinfra health` drains the node like one with real GPUs.
+    Its texts stay data: a problem holding Jinja comes back as written."""
+    problem = "GPU 1 (00000000:2A:00.0): XID 79 in the kernel log this boot (1 time): {{ lookup('pipe', 'id') }}"
+    verdict = {"healthy": False, "problems": [problem], "node_problems": [], "gpus": [{"index": 0}, {"index": 1}]}
+    node.tool("gpuinfra-health", json.dumps(verdict) + "\n", rc=1)
+    rc, result, _ = node.run({"program": str(node.bin / "gpuinfra-health")})
+    assert rc != 0 and result["failed"] is True
+    assert (result["healthy"], result["problems"], result["gpu_count"]) == (False, [problem], 2)
+    assert result["msg"] == f"GPU node unhealthy (1 problem): {problem}"
+    node.tool("gpuinfra-health", json.dumps({**verdict, "healthy": True, "problems": []}) + "\n")
+    rc, result, _ = node.run({"program": str(node.bin / "gpuinfra-health")})
+    assert (rc, result["healthy"], result["problems"]) == (0, True, [])
+    node.tool("gpuinfra-health", "", rc=2, stderr="cannot read /etc/gpuinfra/health.json")
+    rc, result, _ = node.run({"program": str(node.bin / "gpuinfra-health")})
+    assert rc != 0 and "problems" not in result and "could not judge the node (exit code 2)" in result["msg"]
