@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from file_module import load
+from skip_policy import K8S_ABSENT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,7 @@ def test_containerd_schema_3(tmp_path: Path) -> None:
     version = toolkit._run([containerd, "--version"]).stdout
     match = re.search(r"\s v?(\d+)\.\d+", version)
     if match is None or int(match.group(1)) < 2:
-        pytest.skip("schema 3 needs containerd 2.x, a Kubernetes node's runtime; Debian 12 packages 1.6 only")
+        pytest.skip(f"{K8S_ABSENT} schema 3 needs containerd 2.x, a Kubernetes node's runtime; Debian 12 has 1.6")
     conf_d = tmp_path / "conf.d"
     conf_d.mkdir()
     options = {"nvidia_container_toolkit_containerd_config_version": 3,
@@ -48,7 +49,7 @@ def test_crio_reads_the_dropin(tmp_path: Path, default_runtime: bool) -> None:
     text = toolkit.render("crio-nvidia.toml.j2", nvidia_container_toolkit_default_runtime=default_runtime)
     crio = shutil.which("crio")
     if crio is None:
-        pytest.skip("crio is not installed: CRI-O runs on Kubernetes nodes, and Debian 12 does not package it")
+        pytest.skip(f"{K8S_ABSENT} crio is not installed: CRI-O runs on Kubernetes nodes, Debian 12 has none")
     conf_d = tmp_path / "crio.conf.d"
     conf_d.mkdir()
     (conf_d / "99-nvidia.toml").write_text(text)

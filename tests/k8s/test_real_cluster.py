@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from skip_policy import K8S_ABSENT
 
 from gpuinfra import k8s_resources
 from gpuinfra.render.vars import kubernetes as k8s_vars
@@ -30,7 +31,7 @@ CLUSTER = os.environ.get("GPUINFRA_K8S_CLUSTER", "")
 
 pytestmark = pytest.mark.skipif(
     not (KUBECONFIG and CLUSTER and shutil.which("kubectl")),
-    reason="needs a real Kubernetes cluster with NVIDIA GPU nodes (set GPUINFRA_K8S_KUBECONFIG and "
+    reason=f"{K8S_ABSENT} these tests need a real one with NVIDIA GPU nodes (set GPUINFRA_K8S_KUBECONFIG and "
     "GPUINFRA_K8S_CLUSTER, and put kubectl on PATH); no API server can run on this machine",
 )
 
