@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Sequence
 
 from .idle import IdleReport
@@ -15,16 +13,19 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CSV_COLUMNS = ("by", "name", "jobs", "gpu_hours", "gpu_hours_measured", "mean_util_pct", "mean_fb_used_mib", "note")
 
 
+def _csv_cell(value: object) -> str:
+    """One cell as RFC 4180 writes it: quoted when its text holds the delimiter, the quote, a CR or a LF, on every
+    Python (csv before 3.12.3 left a lone CR unquoted when the line ends in LF, which a reader then splits)."""
+    text = "" if value is None else str(value)  # as csv writes None
+    if isinstance(value, str) and text.startswith(FORMULA_STARTS):
+        text = "'" + text
+    return '"' + text.replace('"', '""') + '"' if any(char in text for char in ',"\r\n') else text
+
+
 def _csv(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """CSV where every text cell stays a text: one a spreadsheet would run as a formula (an account named
     `=HYPERLINK(...)`) gets a leading `'`, which spreadsheets show as text and do not print."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow([f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
-                         for cell in row])  # fmt: skip
-    return buffer.getvalue()
+    return "".join(",".join(_csv_cell(cell) for cell in row) + "\n" for row in [header, *rows])
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
