@@ -302,11 +302,12 @@ def program_verdict(module: AnsibleModule, program: str) -> dict[str, Any]:
     still sees every XID), in this module's result shape. Only its structure is taken: its texts stay data."""
     rc, out, err = module.run_command([program, "--read-only", "--json"], check_rc=False)
     try:
-        verdict = json.loads(out) if rc in (0, 1) else None
+        parsed = json.loads(out) if rc in (0, 1) else None
     except ValueError:
-        verdict = None
-    if not isinstance(verdict, dict):
+        parsed = None
+    if not isinstance(parsed, dict):
         module.fail_json(msg=f"the node health program could not judge the node (exit code {rc}): {err or out}")
+    verdict: dict[str, Any] = parsed if isinstance(parsed, dict) else {}  # fail_json has exited otherwise
     problems = verdict.get("problems")
     return {
         "healthy": verdict.get("healthy") is True,

@@ -471,9 +471,8 @@ def run_kind(args: argparse.Namespace) -> str:
 def counted(runs: Any, kind: str) -> dict[str, Any]:
     """How many checks of each kind this node has run, and when the last began: a loop that stopped is seen."""
     out = {k: dict(v) for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
-    last = out.get(kind, {})
-    count = last.get("count") if isinstance(last.get("count"), int) else 0
-    out[kind] = {"count": count + 1, "last": round(time.time(), 3)}
+    count = out.get(kind, {}).get("count")
+    out[kind] = {"count": (count if isinstance(count, int) else 0) + 1, "last": round(time.time(), 3)}
     return out
 
 
