@@ -17,10 +17,17 @@ SQL.
 
 Both refuse a value with a NUL character, which neither can hold; an identifier also refuses other control
 characters, which it cannot escape (and the client would drop a carriage return).
+
+- `mariadb_grants`: the lines of `SHOW GRANTS` (read with `--batch --raw`), as data to compare with the grants a
+  role wants, written with the two filters above as MariaDB writes them. The password's clause at the end of the
+  account's line (`IDENTIFIED BY PASSWORD '<hash>'`) is left out: a login shows whether the password is right, and
+  the hash is no grant. Any other clause (another authentication plugin, `REQUIRE SSL`, `WITH MAX_...`) stays, so
+  it differs.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -55,8 +62,23 @@ def mariadb_identifier(value: Any, pattern: bool = False) -> str:
     return "`" + text.replace("`", "``") + "`"
 
 
+# The clause SHOW GRANTS ends the account's USAGE line with when it has a password (mysql_native_password's hash).
+_PASSWORD_CLAUSE = re.compile(r" IDENTIFIED BY PASSWORD '[^']*'$")
+
+
+def mariadb_grants(lines: Any) -> list[str]:
+    """The grants `SHOW GRANTS` listed, one per line, without the password's clause."""
+    if isinstance(lines, str) or not isinstance(lines, list):
+        raise AnsibleFilterError(f"mariadb_grants takes the lines of SHOW GRANTS (stdout_lines), not {lines!r}")
+    return [_PASSWORD_CLAUSE.sub("", str(line), count=1) for line in lines]
+
+
 class FilterModule:
-    """MariaDB quoting."""
+    """MariaDB quoting, and reading SHOW GRANTS."""
 
     def filters(self) -> dict[str, Any]:
-        return {"mariadb_string": mariadb_string, "mariadb_identifier": mariadb_identifier}
+        return {
+            "mariadb_string": mariadb_string,
+            "mariadb_identifier": mariadb_identifier,
+            "mariadb_grants": mariadb_grants,
+        }

@@ -77,9 +77,10 @@ options:
     default: []
   services:
     description:
-      - systemd units whose active and enabled states the role sets, masked included.
-      - A unit found C(failed) is never converged, so no receipt is written while one is, and a probe that finds
-        one makes the role stale.
+      - systemd units the role keeps running, whose active and enabled states it sets, masked included.
+      - Such a unit is converged only while C(active). One C(failed), C(activating) (starting, or waiting to restart
+        after a crash), C(reloading), C(deactivating) or C(inactive) is not, so no receipt is written while one is,
+        and a probe that finds one makes the role stale, whatever the receipt recorded.
     type: list
     elements: str
     default: []
@@ -304,8 +305,18 @@ def watched_state(
     }
 
 
-def failed_units(live: dict[str, Any]) -> list[str]:
-    return sorted(unit for unit, state in live.get("services", {}).items() if state.startswith("failed/"))
+# The one ActiveState in which a unit a role keeps running is converged. `activating` is a start still going (its
+# outcome unknown) or a restart loop between crashes; `reloading` a configuration change still being read; both may
+# yet end `failed`. A receipt is a claim that the state has settled, so they count as not running, as `inactive`,
+# `deactivating` and `failed` do: the next apply runs the role again, which costs a run, where a receipt would
+# have hidden a broken daemon until the next change.
+RUNNING = "active"
+
+
+def not_running(live: dict[str, Any]) -> list[str]:
+    """Each watched unit that is not active, with its state: `slurmdbd.service is activating`."""
+    states = {unit: state.split("/")[0] for unit, state in live.get("services", {}).items()}
+    return [f"{unit} is {state or 'unknown'}" for unit, state in sorted(states.items()) if state != RUNNING]
 
 
 def differences(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
@@ -376,9 +387,15 @@ def probe(module: AnsibleModule) -> dict[str, Any]:
     debs = package_states(module, list(dict.fromkeys(p for watch in watches for p in watch.get("packages", []))))
     for role, receipt in held.items():
         watch = receipt.get("watch", {})
-        drift = differences(receipt.get("state", {}), watched_state(module, watch, units, debs))
-        # Checks run last, and stop at the first that fails: they may take a while (a health check).
-        failed = "; ".join(drift) or next(filter(None, map(failed_check, watch.get("checks", []))), "")
+        live = watched_state(module, watch, units, debs)
+        # A unit that is not running was never converged, even where the receipt recorded it so (an older module
+        # wrote one while a unit was activating). Checks run last, and stop at the first that fails: they may
+        # take a while (a health check).
+        failed = (
+            "; ".join(differences(receipt.get("state", {}), live))
+            or "; ".join(f"services {unit}, not active" for unit in not_running(live))
+            or next(filter(None, map(failed_check, watch.get("checks", []))), "")
+        )
         if failed:
             stale[role] = failed
         else:
@@ -403,12 +420,12 @@ def record(module: AnsibleModule) -> dict[str, Any]:
     }
     directory = module.params["directory"]
     target = os.path.join(directory, f"{role}.json")
-    failed = failed_units(receipt["state"])
-    if failed:
+    stopped = not_running(receipt["state"])
+    if stopped:
         # Not converged: the next apply runs the role again rather than skip it.
         if not module.check_mode and os.path.exists(target):
             os.unlink(target)
-        return {"changed": False, "msg": f"no receipt while a unit has failed: {', '.join(failed)}"}
+        return {"changed": False, "msg": f"no receipt while a unit is not active: {', '.join(stopped)}"}
     closed = False
     if not module.check_mode:
         os.makedirs(directory, mode=0o700, exist_ok=True)

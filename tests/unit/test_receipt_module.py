@@ -278,14 +278,39 @@ def test_packages_that_cannot_be_read_never_count_as_unchanged() -> None:
     assert module.differences(known, known) == []
 
 
-def test_no_receipt_is_written_while_a_unit_has_failed(host: Host) -> None:
-    """A role whose service failed is not converged: no receipt, so the next apply runs the role again."""
+# What `systemctl show --property=Id,ActiveState,UnitFileState` answers for an enabled unit the role keeps running,
+# in each ActiveState but `active`: a start still going or a restart loop between crashes (`activating`, sub-state
+# `start` or `auto-restart`), a reload under way, a stop under way, stopped, and failed.
+NOT_RUNNING = {
+    state: f"Id=demo.service\nActiveState={state}\nUnitFileState=enabled\n"
+    for state in ("activating", "reloading", "deactivating", "inactive", "failed")
+}
+
+
+@pytest.mark.parametrize("state", NOT_RUNNING)
+def test_no_receipt_is_written_while_a_unit_is_not_active(host: Host, state: str) -> None:
+    """A role whose service is not running is not converged (a restart loop looks `activating` most of the time):
+    no receipt, and the one an earlier run wrote goes, so the next apply runs the role again."""
     host.run(host.record())
-    host.units.write_text("Id=demo.service\nActiveState=failed\nUnitFileState=enabled\n")
+    host.units.write_text(NOT_RUNNING[state])
     record, probe = host.run(host.record(), host.probe())
-    assert record["msg"] == "no receipt while a unit has failed: demo.service"
+    assert record["msg"] == f"no receipt while a unit is not active: demo.service is {state}"
     assert not (host.receipts / "demo.json").exists()
     assert probe["stale"] == {"demo": "no receipt"}
+
+
+@pytest.mark.parametrize("state", NOT_RUNNING)
+def test_a_receipt_that_recorded_a_unit_not_active_never_holds(host: Host, state: str) -> None:
+    """A receipt written while the unit was already in that state (by an older module) shows no drift when the unit
+    is still in it: the probe judges the unit's state itself."""
+    host.run(host.record())
+    receipt = host.receipts / "demo.json"
+    written = json.loads(receipt.read_text())
+    written["state"]["services"]["demo.service"] = f"{state}/enabled"
+    receipt.write_text(json.dumps(written))
+    host.units.write_text(NOT_RUNNING[state])
+    (probe,) = host.run(host.probe())
+    assert probe["stale"] == {"demo": f"services demo.service is {state}, not active"}
 
 
 def test_the_receipt_holds_until_its_stale_after_time(host: Host) -> None:
