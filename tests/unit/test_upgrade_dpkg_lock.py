@@ -27,8 +27,9 @@ pytestmark = [
 
 HOLDER = """
 import fcntl, sys, time
-handle = open(sys.argv[1], "w")
-fcntl.lockf(handle, fcntl.LOCK_EX)
+shared = sys.argv[3] == "read"
+handle = open(sys.argv[1], "r" if shared else "w")
+fcntl.lockf(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 """
@@ -43,10 +44,10 @@ def lock_file(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def hold(path: Path, seconds: float) -> Iterator[subprocess.Popen[str]]:
-    """A process that takes an fcntl lock on `path` (as dpkg does) and keeps it for `seconds`."""
+def hold(path: Path, seconds: float, mode: str = "write") -> Iterator[subprocess.Popen[str]]:
+    """A process that takes an fcntl lock on `path` (a write lock, as dpkg does, or a read lock) for `seconds`."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(path), str(seconds), mode], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
     try:
@@ -100,5 +101,12 @@ def test_other_locks_do_not_count(tmp_path: Path, run_root: Path, lock_file: Pat
     other = tmp_path / "unrelated.lock"
     other.touch()
     with hold(other, 120):
+        result = prepare(tmp_path, lock_file, timeout=5)
+    assert result.outcome in (Outcome.OK, Outcome.CHANGED), result.failures
+
+
+def test_a_read_lock_does_not_hold_the_upgrade(tmp_path: Path, run_root: Path, lock_file: Path) -> None:
+    """Any user may open rpm's lock file (0644) and take a read lock on it: that must not stop every upgrade."""
+    with hold(lock_file, 120, mode="read"):
         result = prepare(tmp_path, lock_file, timeout=5)
     assert result.outcome in (Outcome.OK, Outcome.CHANGED), result.failures
