@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Model
 from .grammar import (
@@ -23,6 +23,12 @@ from .grammar import (
     Text,
 )
 from .nodes import Taint
+
+UNBOUNDED_BORROWING = (
+    "borrowing must be bounded: the namespace's ResourceQuota would have to allow every GPU of the cohort, and it "
+    "is what bounds the team where Kueue does not admit its pods (before Kueue is installed, or without it); give "
+    "the most GPUs of each model the team may borrow (0: none)"
+)
 
 
 class OperatorUpgrade(Model):
@@ -99,12 +105,21 @@ class TenantQueue(Model):
     gpus: dict[GpuModelName, NonNegativeInt] = {}
     """The team's quota per GPU model, which must add up to its gpu_quota; empty puts all of gpu_quota on the
     cluster's only GPU model."""
-    borrowing_limit: NonNegativeInt | None = None
-    """GPUs of each model the team may use beyond its quota while other teams leave theirs idle; unset: as many as
-    the cohort has idle, 0: none. The namespace's ResourceQuota is raised to gpu_quota plus this."""
+    borrowing_limit: NonNegativeInt = 0
+    """GPUs of each model (and slices of each MIG profile) the team may use beyond its quota while other teams leave
+    theirs idle; 0: none. The namespace's ResourceQuota is raised by what this lets the team borrow, and bounds it
+    wherever Kueue does not admit its pods, so borrowing is always bounded."""
     lending_limit: NonNegativeInt | None = None
     """GPUs of each model other teams may borrow from this team's idle quota (at most its quota of the model);
     unset: all of it."""
+
+    @field_validator("borrowing_limit", mode="before")
+    @classmethod
+    def _bounded(cls, value: object) -> object:
+        # Null is Kueue's "no limit": say why gpuinfra refuses it, not just that it is no number.
+        if value is None or (isinstance(value, str) and not value.isdigit()):
+            raise ValueError(UNBOUNDED_BORROWING)
+        return value
 
 
 class Tenant(Model):

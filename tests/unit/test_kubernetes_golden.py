@@ -86,12 +86,13 @@ def test_tenants_and_gpu_nodes() -> None:
     variables = k8s_vars.group_vars(loaded("mig-mixed").resolved)
     tenants = variables["k8s_tenants_tenants"]
     assert tenants["nlp"]["namespace"] == "nlp-research"
-    assert tenants["nlp"]["mig_quota"] == {"2g.20gb": 4, "3g.20gb": 8}
+    # Every profile of the workers, 0 where the tenant has no quota of it (a ResourceQuota leaves others unbounded).
+    assert tenants["nlp"]["mig_quota"] == {"1g.10gb": 0, "2g.20gb": 4, "3g.20gb": 8, "3g.40gb": 0}
     assert tenants["nlp"]["subjects"][1] == {"kind": "ServiceAccount", "name": "pipeline", "namespace": "ci"}
     assert tenants["observers"] == {
         "namespace": "observers",
         "gpu_quota": 0,
-        "mig_quota": {},
+        "mig_quota": {"1g.10gb": 0, "2g.20gb": 0, "3g.20gb": 0, "3g.40gb": 0},
         "gpus_per_container": None,
         "subjects": [{"kind": "User", "name": "auditor@example.org"}],
         "access": "view",

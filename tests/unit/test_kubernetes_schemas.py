@@ -86,11 +86,16 @@ def test_quota_limits_and_access_say_what_the_model_says() -> None:
         (d["kind"], d["metadata"].get("namespace", d["metadata"]["name"])): d
         for d in _documents("mig-mixed", "k8s-tenants/tenants.yaml")
     }
+    # Every MIG profile the workers advertise is listed, 0 where mig_quota does not name it: a ResourceQuota leaves
+    # a resource it does not list unbounded, and no queue stands in for it here.
     assert mixed[("ResourceQuota", "vision")]["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "2",
         "requests.nvidia.com/mig-1g.10gb": "20",
+        "requests.nvidia.com/mig-2g.20gb": "0",
+        "requests.nvidia.com/mig-3g.20gb": "0",
         "requests.nvidia.com/mig-3g.40gb": "2",
     }
+    assert set(mixed[("ResourceQuota", "observers")]["spec"]["hard"].values()) == {"0"}
     # Only a max: the default request stays 0, or every container of the namespace would get 2 GPUs.
     (limit,) = mixed[("LimitRange", "vision")]["spec"]["limits"]
     assert limit == {

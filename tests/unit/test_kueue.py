@@ -4,8 +4,9 @@
   release): their openAPIV3Schema with jsonschema, no field the API server would prune, and every CEL rule
   (x-kubernetes-validations) evaluated with a CEL interpreter, as the API server evaluates them on create;
 - the objects carry the cluster file: a flavor per GPU model that selects its nodes, each team's quota per flavor,
-  its borrowing and lending limits, the priority classes, a LocalQueue `default` per namespace, and the
-  ResourceQuota raised to what a team may borrow;
+  its borrowing and lending limits (borrowing always bounded), the priority classes, a LocalQueue `default` per
+  namespace, and a ResourceQuota that allows exactly what the team's queue may admit, no more, since it is what
+  bounds the team wherever Kueue does not admit its pods;
 - the pinned chart, rendered by `helm template` with gpuinfra's values, runs the released controller image with a
   configuration that keeps every setting of the chart's own and manages the tenants' namespaces.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,9 @@ from test_gpu_operator_chart import KUBERNETES_VERSION, fields_outside_schema
 from test_kubernetes_support import REFERENCE_ABSENT, ROOT, Chart, find_helm, loaded, rendered, yaml_load, yaml_load_all
 
 from gpuinfra.model.kubernetes import Queues
+from gpuinfra.render.plan import render
 from gpuinfra.render.vars import kubernetes as k8s_vars
+from gpuinfra.validate.load import load_cluster
 
 pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 
@@ -162,8 +166,9 @@ def test_each_team_queues_within_its_quota_and_limits() -> None:
     assert vision[("l4", "nvidia.com/gpu")] == {"nominalQuota": 8, "borrowingLimit": 8}
     assert vision[("h100-sxm5-80gb", "nvidia.com/gpu")] == {"nominalQuota": 0, "borrowingLimit": 8}
     assert vision[("mig", "nvidia.com/mig-1g.10gb")] == {"nominalQuota": 14, "borrowingLimit": 8}
-    assert nlp[("l4", "nvidia.com/gpu")] == {"nominalQuota": 16, "lendingLimit": 8}
-    assert nlp[("mig", "nvidia.com/mig-1g.10gb")] == {"nominalQuota": 0, "lendingLimit": 0}  # lends what it has
+    # No borrowing limit in the file: 0, never unbounded; a team lends at most what it has.
+    assert nlp[("l4", "nvidia.com/gpu")] == {"nominalQuota": 16, "borrowingLimit": 0, "lendingLimit": 8}
+    assert nlp[("mig", "nvidia.com/mig-1g.10gb")] == {"nominalQuota": 0, "borrowingLimit": 0, "lendingLimit": 0}
     assert queues["nlp"]["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "nlp"}}
     assert queues["nlp"]["spec"]["preemption"] == {
         "withinClusterQueue": "LowerPriority",
@@ -183,17 +188,106 @@ def test_each_team_queues_within_its_quota_and_limits() -> None:
     }
 
 
-def test_the_resource_quota_lets_a_team_borrow_what_its_queue_admits() -> None:
-    """Kueue admits a borrowing job; the namespace's ResourceQuota must not refuse its pods, yet still bounds what
-    a pod that bypasses the queue can take: the team's quota plus its borrowing limit, at most the cohort's."""
-    quotas = {
-        o["metadata"]["namespace"]: o["spec"]["hard"]
-        for o in yaml_load_all(rendered(EXAMPLE)["k8s-tenants/tenants.yaml"].content)
-        if o and o["kind"] == "ResourceQuota"
-    }
-    assert quotas["vision"]["requests.nvidia.com/gpu"] == "16"  # 8 + a borrowing limit of 8
-    assert quotas["nlp"]["requests.nvidia.com/gpu"] == "24"  # no limit: the cohort's 8 + 16
+def _resource_quotas(text: str) -> dict[str, dict[str, str]]:
+    """Namespace -> the hard limits of its ResourceQuota, from tenants.yaml."""
+    return {o["metadata"]["namespace"]: o["spec"]["hard"] for o in yaml_load_all(text) if o["kind"] == "ResourceQuota"}
+
+
+def _most_kueue_admits(queues: list[dict[str, Any]]) -> dict[str, Counter[str]]:
+    """Namespace -> the most of each resource its ClusterQueue can ever hold, read from the rendered ClusterQueues as
+    Kueue reads them: per flavor its nominalQuota plus its borrowingLimit, at most what the cohort's other queues
+    lend (their lendingLimit, or all of their nominalQuota). A queue without a borrowingLimit fails: it is unbounded."""
+    quotas = {q["metadata"]["name"]: _quota(q) for q in queues}
+    out: dict[str, Counter[str]] = {}
+    for queue in queues:
+        name = queue["metadata"]["name"]
+        namespace = queue["spec"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        most: Counter[str] = Counter()
+        for (flavor, resource), limits in quotas[name].items():
+            assert "borrowingLimit" in limits, f"{name}: {flavor}/{resource} may borrow without bound"
+            lent = sum(
+                other.get((flavor, resource), {}).get(
+                    "lendingLimit", other.get((flavor, resource), {}).get("nominalQuota", 0)
+                )
+                for other_name, other in quotas.items()
+                if other_name != name
+            )
+            most[resource] += limits["nominalQuota"] + min(limits["borrowingLimit"], lent)
+        out[namespace] = most
+    return out
+
+
+def _check_quotas_follow_the_queues(tenants: str, queues: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each namespace's ResourceQuota allows exactly what its queue may admit: no more, or a pod Kueue does not admit
+    takes GPUs the queue would not give it; no less, or the ResourceQuota refuses a pod of an admitted job. GPU
+    resources no queue covers are 0 (Kueue admits none)."""
+    quotas, admits = _resource_quotas(tenants), _most_kueue_admits(queues)
+    assert set(quotas) == set(admits)
+    for namespace, hard in quotas.items():
+        limited = {key.removeprefix("requests."): int(value) for key, value in hard.items()}
+        assert set(admits[namespace]) <= set(limited), namespace
+        assert limited == {r: admits[namespace][r] for r in limited}, namespace
+    return quotas
+
+
+def test_a_teams_resource_quota_is_its_quota_plus_what_it_may_borrow() -> None:
+    """A team without a borrowing limit (nlp, and platform with no quota) must not get the cohort's every GPU (24)
+    as its ResourceQuota, or wherever Kueue does not admit its pods (before the kueue role runs, or without Kueue)
+    it could take every team's GPUs. Borrowing is always bounded, 0 unless the file says more, and the
+    ResourceQuota allows the team's quota plus what it may borrow, which is what its queue admits."""
+    quotas = _check_quotas_follow_the_queues(
+        rendered(EXAMPLE)["k8s-tenants/tenants.yaml"].content, list(_by_kind("ClusterQueue").values())
+    )
+    assert quotas["nlp"]["requests.nvidia.com/gpu"] == "16"  # its quota: it has no borrowing limit
+    assert quotas["platform"]["requests.nvidia.com/gpu"] == "0"  # no quota, no borrowing: nothing
+    assert quotas["vision"]["requests.nvidia.com/gpu"] == "16"  # 8 + a borrowing limit of 8, which nlp lends
     assert quotas["vision"]["requests.nvidia.com/mig-1g.10gb"] == "14"  # nobody else has any to lend
+    assert quotas["vision"]["requests.nvidia.com/mig-2g.20gb"] == "4"  # nlp's 4, within the borrowing limit of 8
+    # A ResourceQuota leaves what it does not list unbounded: every profile the workers advertise is listed.
+    assert quotas["platform"]["requests.nvidia.com/mig-7g.80gb"] == "0"
+
+
+# Two GPU models, each its own flavor with its own borrowing limit; nlp lends one L4, ops lends nothing.
+BORROWING = """\
+name: k8s-borrowing
+os: ubuntu24.04
+node_groups:
+  control: {hosts: cp1, roles: [k8s_control]}
+  h100: {hosts: h100-01, roles: [k8s_gpu_worker], gpu: {model: H100-SXM5-80GB, count: 8}}
+  l4: {hosts: l4-01, roles: [k8s_gpu_worker], gpu: {model: L4, count: 4}}
+driver: {version: "570.172.08", source: {type: nvidia}}
+container_toolkit: {runtimes: [containerd]}
+kubernetes:
+  queues: {}
+  tenants:
+    vision: {gpu_quota: 4, queue: {gpus: {H100-SXM5-80GB: 3, L4: 1}, borrowing_limit: 3}}
+    nlp: {gpu_quota: 6, queue: {gpus: {H100-SXM5-80GB: 4, L4: 2}, borrowing_limit: 2, lending_limit: 1}}
+    ops: {gpu_quota: 2, queue: {gpus: {H100-SXM5-80GB: 1, L4: 1}, lending_limit: 0}}
+"""
+
+
+def test_the_resource_quota_adds_what_a_team_may_borrow_of_each_model(tmp_path: Path, kueue: Path) -> None:
+    """Kueue's borrowing limit is per flavor, one per GPU model, and a team borrows only what the others lend; the
+    ResourceQuota counts every model's GPUs together, so it adds what may be borrowed of each model."""
+    cluster = tmp_path / "cluster.yml"
+    cluster.write_text(BORROWING)
+    files = {item.artifact.path: item.content for item in render(load_cluster(cluster).resolved)}
+    tenants = [o for o in yaml_load_all(files["k8s-tenants/tenants.yaml"]) if o]
+    for document in tenants:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    queues = [o for o in yaml_load_all(files["kueue/queues.yaml"]) if o]
+    schemas = _schemas(kueue)
+    for document in queues:
+        jsonschema.Draft7Validator(schemas[document["kind"]]).validate(document)
+        assert broken_rules(document, schemas[document["kind"]]) == []
+    quotas = _check_quotas_follow_the_queues(
+        files["k8s-tenants/tenants.yaml"], [q for q in queues if q["kind"] == "ClusterQueue"]
+    )
+    # vision: 4, plus 1 H100 and 1 L4 (its limit is 3 of each, but nlp lends 1 of each and ops none).
+    assert quotas["vision"] == {"requests.nvidia.com/gpu": "6"}
+    # nlp: 6 + what vision lends of each model, within its limit of 2: 2 H100s and 1 L4.
+    assert quotas["nlp"] == {"requests.nvidia.com/gpu": "9"}
+    assert quotas["ops"] == {"requests.nvidia.com/gpu": "2"}  # no borrowing limit: its quota alone
 
 
 # --- the chart ----------------------------------------------------------------------------------------------------

@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...k8s_resources import MIG_RESOURCE_PREFIX, WORKER_ROLE, gpu_resources, queue_quota, worker_gpu_models
+from ...k8s_resources import (
+    MIG_RESOURCE_PREFIX,
+    WORKER_ROLE,
+    gpu_capacity,
+    gpu_resources,
+    queue_quota,
+    worker_gpu_models,
+)
 from ...model.grammar import duration_seconds
 from ...model.kubernetes import Kubernetes, Queues, Tenant
 from ...model.nodes import NodeGroup
@@ -94,23 +101,50 @@ def daemonset_tolerations(rc: ResolvedCluster, k8s: Kubernetes) -> list[dict[str
     return out
 
 
-def _ceiling(own: int, everyone: int, borrowing_limit: int | None) -> int:
-    """What a team's namespace may hold with queues on: its quota plus what it may borrow, at most the cohort's."""
-    return everyone if borrowing_limit is None else min(everyone, own + borrowing_limit)
+def _lendable(quota: int, lending_limit: int | None) -> int:
+    """What a team lends of one flavor's resource: its lending limit, at most its quota (Kueue's lendingLimit)."""
+    return quota if lending_limit is None else min(lending_limit, quota)
 
 
-def _tenant(name: str, tenant: Tenant, k8s: Kubernetes) -> dict[str, Any]:
+def _borrowable(borrowing_limit: int, others: list[tuple[int, int | None]]) -> int:
+    """The most a team can borrow of one flavor's resource: its borrowing limit, at most what the others lend."""
+    return min(borrowing_limit, sum(_lendable(quota, lending) for quota, lending in others))
+
+
+def _mig_profiles(rc: ResolvedCluster, k8s: Kubernetes) -> list[str]:
+    """Every MIG profile a tenant could ask for under the mixed strategy: those the workers advertise and those any
+    quota names. A ResourceQuota leaves a resource it does not list unbounded, so each namespace lists them all."""
+    if k8s.mig_strategy != "mixed":  # the resources exist only then; capacity_warnings says so when quotas are dropped
+        return []
+    advertised = {r.removeprefix(MIG_RESOURCE_PREFIX) for r in gpu_capacity(rc) if r.startswith(MIG_RESOURCE_PREFIX)}
+    return sorted(advertised | {p for t in k8s.tenants.values() for p in t.mig_quota})
+
+
+def _namespace_quota(rc: ResolvedCluster, k8s: Kubernetes, name: str) -> tuple[int, dict[str, int]]:
+    """A team's ResourceQuota: full GPUs and slices per MIG profile (0 for those it has no quota of).
+
+    It is what bounds the team wherever Kueue does not admit its pods (before Kueue is installed, without it, or a
+    pod Kueue does not manage), so it is the team's own quota plus no more than its queue may borrow: the borrowing
+    limit of each flavor, at most what the other teams lend of it. Kueue never admits more, so the ResourceQuota
+    never refuses a pod of an admitted job; borrowing is always bounded (the model refuses an unbounded limit)."""
+    tenant = k8s.tenants[name]
+    gpus = tenant.gpu_quota
+    mig = {p: tenant.mig_quota.get(p, 0) for p in _mig_profiles(rc, k8s)}
+    if k8s.queues is None:
+        return gpus, mig
+    borrowing = tenant.queue.borrowing_limit
+    others = [t for other, t in k8s.tenants.items() if other != name]
+    for model in worker_gpu_models(rc):  # one flavor per model, each with its own borrowing limit
+        gpus += _borrowable(borrowing, [(queue_quota(rc, t).get(model, 0), t.queue.lending_limit) for t in others])
+    for profile in mig:
+        mig[profile] += _borrowable(borrowing, [(t.mig_quota.get(profile, 0), t.queue.lending_limit) for t in others])
+    return gpus, mig
+
+
+def _tenant(rc: ResolvedCluster, k8s: Kubernetes, name: str) -> dict[str, Any]:
+    tenant = k8s.tenants[name]
     limits = tenant.gpus_per_container
-    # MIG resources exist only under the mixed strategy; capacity_warnings says so when they are dropped.
-    mig_quota = dict(sorted(tenant.mig_quota.items())) if k8s.mig_strategy == "mixed" else {}
-    gpu_quota = tenant.gpu_quota
-    if k8s.queues is not None:  # Kueue admits within the quota and what may be borrowed; the ResourceQuota backs it
-        borrowing = tenant.queue.borrowing_limit
-        gpu_quota = _ceiling(gpu_quota, sum(t.gpu_quota for t in k8s.tenants.values()), borrowing)
-        mig_quota = {
-            profile: _ceiling(count, sum(t.mig_quota.get(profile, 0) for t in k8s.tenants.values()), borrowing)
-            for profile, count in mig_quota.items()
-        }
+    gpu_quota, mig_quota = _namespace_quota(rc, k8s, name)
     return {
         "namespace": tenant.namespace or name,
         "gpu_quota": gpu_quota,
@@ -136,7 +170,7 @@ def _tenant_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
             }
         )
     return {
-        "k8s_tenants_tenants": {name: _tenant(name, t, k8s) for name, t in k8s.tenants.items()},
+        "k8s_tenants_tenants": {name: _tenant(rc, k8s, name) for name in k8s.tenants},
         "k8s_tenants_gpu_resources": gpu_resources(k8s),
         "k8s_tenants_mig_resource_prefix": MIG_RESOURCE_PREFIX,
         "k8s_tenants_nodes": nodes,
@@ -189,9 +223,10 @@ def _cluster_queue(
     borrowing, lending = tenant.queue.borrowing_limit, tenant.queue.lending_limit
 
     def resources(names: list[str], nominal: int) -> list[dict[str, Any]]:
-        limits = {} if borrowing is None else {"borrowingLimit": borrowing}
+        # Always a borrowing limit: the namespace's ResourceQuota, which bounds the team without Kueue, allows it.
+        limits = {"borrowingLimit": borrowing}
         if lending is not None:  # a team lends at most what it has of this flavor
-            limits["lendingLimit"] = min(lending, nominal)
+            limits["lendingLimit"] = _lendable(nominal, lending)
         return [{"name": resource, "nominalQuota": nominal, **limits} for resource in names]
 
     quota = queue_quota(rc, tenant)
