@@ -405,3 +405,164 @@ CONTAINER_SOURCES: tuple[SourceTarball, ...] = (
         "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz",
     ),
 )
+
+
+# --- Active checks: conservative bandwidth floors ---------------------------------------------------------------
+# What the admission gate's bandwidth checks (plugins/module_utils/active_checks.py) compare a node with. These are
+# FLOORS, set well under what a healthy node measures, not expected values: a floor catches a broken or degraded link
+# (an NVLink down, a GPU trained at x4 or a lower PCIe generation, a NUMA-misplaced copy), never a slow-but-healthy
+# run. Each is a fraction of a link's per-direction peak, from the datasheet figures below.
+#
+# Per model: the GPU's host interface (its highest PCIe generation, or NVLink-C2C to a Grace CPU) and its total
+# NVLink bandwidth, both directions added, as NVIDIA's datasheets give them (V100 300 GB/s; A100 600; A800 and H800
+# 400; H100 SXM, H20, H200 and GH200 900; B200 and GB200 1800). On PCIe cards the NVLink figure is that of the
+# optional bridge to one other card (A30 200, A40 112.5, A100 PCIe 600, A800/H800 PCIe 400, H100 PCIe and H100 NVL
+# 600, H200 NVL 900): it is recorded, not used, since a bridge may not be fitted and traffic between unbridged cards
+# crosses PCIe. B200 is capped at Gen5 here: whether it trains at Gen6 could not be confirmed, and a lower cap only
+# lowers its floor. T4 and V100 are Gen3 parts; A-series and Ada parts Gen4; Hopper and Blackwell PCIe parts Gen5.
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    pcie_gen: int
+    """The highest PCIe generation of the GPU's host interface (x16)."""
+    nvlink_gbps: float
+    """Total NVLink bandwidth of one GPU, both directions added (datasheet); 0 without NVLink."""
+    c2c_gbps: float = 0
+    """NVLink-C2C to the Grace CPU, both directions added (Grace superchips): the host link in place of PCIe."""
+
+
+# fmt: off
+_INTERCONNECTS: dict[str, Interconnect] = {
+    "V100-SXM2-16GB": Interconnect(3, 300), "V100-SXM2-32GB": Interconnect(3, 300),
+    "V100-PCIE-16GB": Interconnect(3, 0), "V100-PCIE-32GB": Interconnect(3, 0), "V100S-PCIE-32GB": Interconnect(3, 0),
+    "T4": Interconnect(3, 0),
+    "A10": Interconnect(4, 0), "A30": Interconnect(4, 200), "A40": Interconnect(4, 112.5),
+    "A100-SXM4-40GB": Interconnect(4, 600), "A100-PCIE-40GB": Interconnect(4, 600),
+    "A100-SXM4-80GB": Interconnect(4, 600), "A100-PCIE-80GB": Interconnect(4, 600),
+    "A800-SXM4-80GB": Interconnect(4, 400), "A800-PCIE-80GB": Interconnect(4, 400),
+    "A800-PCIE-40GB": Interconnect(4, 400),
+    "L4": Interconnect(4, 0), "L40": Interconnect(4, 0), "L40S": Interconnect(4, 0),
+    "H100-SXM5-80GB": Interconnect(5, 900), "H100-PCIE-80GB": Interconnect(5, 600),
+    "H800-SXM5-80GB": Interconnect(5, 400), "H800-PCIE-80GB": Interconnect(5, 400),
+    "H100-NVL": Interconnect(5, 600), "H20": Interconnect(5, 900),
+    "GH200-96GB": Interconnect(5, 900, c2c_gbps=900), "GH200-144GB": Interconnect(5, 900, c2c_gbps=900),
+    "H200-SXM5-141GB": Interconnect(5, 900), "H200-NVL": Interconnect(5, 900),
+    "B200": Interconnect(5, 1800), "GB200": Interconnect(5, 1800, c2c_gbps=900),
+    "RTX-PRO-6000-Blackwell-Server": Interconnect(5, 0),
+}
+# fmt: on
+
+# A PCIe link's per-direction bandwidth, x16: transfer rate (GT/s per lane) x encoding (8b/10b to Gen2, 128b/130b
+# from Gen3) x 16 lanes / 8 bits (PCI-SIG's base specifications): Gen3 15.75 GB/s, Gen4 31.5, Gen5 63.0.
+_PCIE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
+
+# The fractions of a link's per-direction peak each floor is set at. Healthy nodes measure well above them:
+# nvbandwidth's README shows ~26 GB/s host-to-device copies (83% of Gen4's 31.5) on an 8-GPU board whose 276 GB/s
+# GPU-to-GPU copies are an HGX A100's; published all_reduce_perf runs on HGX A100 and H100 boards report busbw of
+# roughly 230 and 360-480 GB/s against NVLink's 300 and 450 per direction (not measured here: no GPU was at hand).
+# All-reduce over PCIe alone (no NVSwitch) depends on the board's PCIe switches and on whether peer-to-peer copies
+# work, hence its low fraction. Tighten these with recordings from real nodes, never loosen them to pass one.
+NCCL_NVLINK_FRACTION = 0.6
+NCCL_PCIE_FRACTION = 0.25
+HOST_LINK_FRACTION = 0.6
+
+
+@dataclass(frozen=True)
+class ActiveFloor:
+    gbps: float
+    """The floor, GB/s (decimal, as nccl-tests and nvbandwidth print)."""
+    of: str
+    """What it is the floor of, for a drain reason: "H100-SXM5-80GB", "L4 at PCIe Gen4"."""
+    basis: str
+    """How it was derived, one line."""
+
+
+def interconnect(name: str) -> Interconnect | None:
+    spec = lookup(name)
+    return _INTERCONNECTS.get(spec.name) if spec else None
+
+
+def pcie_x16_gbps(generation: int) -> float:
+    """A PCIe x16 link's bandwidth in one direction, GB/s."""
+    encoding = 0.8 if generation <= 2 else 128 / 130
+    return _PCIE_GTS[generation] * encoding * 16 / 8
+
+
+def _model(name: str, pcie_gen: int) -> tuple[GpuSpec, Interconnect, int]:
+    spec = lookup(name)
+    link = _INTERCONNECTS.get(spec.name) if spec else None
+    if spec is None or link is None:
+        raise ValueError(f"no bandwidth floors for GPU model {name!r}")
+    if pcie_gen not in _PCIE_GTS:
+        raise ValueError(f"PCIe generation {pcie_gen} is not one of {sorted(_PCIE_GTS)}")
+    # A GPU in a newer slot trains at its own generation; in an older slot, at the slot's.
+    return spec, link, min(pcie_gen, link.pcie_gen)
+
+
+def _down(value: float) -> float:
+    """Rounded down to 0.1 GB/s: rounding must not raise a floor."""
+    return int(value * 10 + 1e-9) / 10
+
+
+def nccl_all_reduce_floor(name: str, pcie_gen: int) -> ActiveFloor:
+    """The floor of all_reduce_perf's bus bandwidth at large messages over all of a node's GPUs. On NVSwitch boards,
+    a fraction of the per-direction NVLink bandwidth; elsewhere, of the PCIe link at `pcie_gen` (the generation the
+    node's GPUs train at, as nvidia-smi's maximum link generation reports it)."""
+    spec, link, gen = _model(name, pcie_gen)
+    if spec.nvswitch_board and link.nvlink_gbps:
+        per_direction = link.nvlink_gbps / 2
+        basis = f"{NCCL_NVLINK_FRACTION:.0%} of NVLink's {per_direction:g} GB/s per direction"
+        return ActiveFloor(_down(per_direction * NCCL_NVLINK_FRACTION), spec.name, basis)
+    pcie = pcie_x16_gbps(gen)
+    basis = f"{NCCL_PCIE_FRACTION:.0%} of PCIe Gen{gen} x16's {pcie:.2f} GB/s per direction"
+    return ActiveFloor(_down(pcie * NCCL_PCIE_FRACTION), f"{spec.name} at PCIe Gen{gen}", basis)
+
+
+def host_bandwidth_floor(name: str, pcie_gen: int) -> ActiveFloor:
+    """The floor of each GPU's host_to_device and device_to_host copy bandwidth (nvbandwidth's CE memcpy tests): a
+    fraction of the host link's per-direction bandwidth, PCIe x16 at `pcie_gen` or NVLink-C2C on Grace superchips."""
+    spec, link, gen = _model(name, pcie_gen)
+    if link.c2c_gbps:
+        per_direction = link.c2c_gbps / 2
+        basis = f"{HOST_LINK_FRACTION:.0%} of NVLink-C2C's {per_direction:g} GB/s per direction"
+        return ActiveFloor(_down(per_direction * HOST_LINK_FRACTION), f"{spec.name} over NVLink-C2C", basis)
+    pcie = pcie_x16_gbps(gen)
+    basis = f"{HOST_LINK_FRACTION:.0%} of PCIe Gen{gen} x16's {pcie:.2f} GB/s per direction"
+    return ActiveFloor(_down(pcie * HOST_LINK_FRACTION), f"{spec.name} at PCIe Gen{gen}", basis)
+
+
+# --- XIDs -------------------------------------------------------------------------------------------------------
+# NVIDIA's XID catalog and the class each XID gets: one table, plugins/module_utils/xid_catalog.py, which the nodes'
+# health checks import beside them; the controller reads it from there, so the two never differ.
+
+_XIDS = module_util("xid_catalog")
+
+XID_CLASSES: tuple[str, ...] = tuple(_XIDS.CLASSES)
+"""application, ignore, node, reset, reboot, hardware (xid_catalog.py says what each does to a node)."""
+XID_DRAINING: frozenset[str] = frozenset(_XIDS.DRAINING)
+XID_MAX: int = int(_XIDS.XID_MAX)
+XID_SOURCE: str = str(_XIDS.SOURCE)
+XID_VERSION: str = str(_XIDS.VERSION)
+
+
+@dataclass(frozen=True)
+class XidEntry:
+    xid: int
+    mnemonic: str
+    bucket: str
+    """NVIDIA's immediate action (resolution bucket)."""
+    xid_class: str
+    note: str
+
+
+def xid_entries() -> list[XidEntry]:
+    """The XIDs the catalog lists, in number order."""
+    return [XidEntry(e.xid, e.mnemonic, e.bucket, e.xid_class, e.note) for _, e in sorted(_XIDS.CATALOG.items())]
+
+
+def xid_class(xid: int, message: str = "", overrides: dict[int, str] | None = None) -> str:
+    """The class of an XID: the site's override, else the catalog's (XID 154's from its message), else `node`."""
+    if overrides and xid in overrides:
+        return overrides[xid]
+    return str(_XIDS.catalog_class(xid, message))
