@@ -40,6 +40,9 @@ class Alerts(Model):
     """How long an allocated GPU must stay idle before the alert fires."""
     node_down_for: Duration = "2m"
     """How long a node exporter, GPU exporter or Slurm node may be unreachable or down before its alert fires."""
+    kernel_update_pending_for: Duration = "14d"
+    """How long a newer kernel may wait on a GPU node (held back from unattended-upgrades, or installed and not
+    booted) before `KernelUpdatePending` fires (warning), naming `gpuinfra upgrade --kernel`."""
 
 
 class WebhookReceiver(Model):

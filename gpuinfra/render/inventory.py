@@ -133,6 +133,16 @@ def node_group_inventory_name(name: str) -> str:
     return NODE_GROUP_PREFIX + name.replace("-", "_")
 
 
+def node_group_vars(rc: ResolvedCluster) -> dict[str, dict[str, Any]]:
+    """Node group -> the settings the concerns give all its hosts (slurmd's node definition, ...)."""
+    per_group: dict[str, dict[str, Any]] = {}
+    for module in concern_modules():
+        if hasattr(module, "node_group_vars"):
+            for group, variables in module.node_group_vars(rc).items():
+                per_group.setdefault(group, {}).update(variables)
+    return per_group
+
+
 def split_host_vars(
     rc: ResolvedCluster, cluster_vars: dict[str, Any]
 ) -> tuple[dict[str, tuple[list[str], dict[str, Any]]], dict[str, Any]]:
@@ -143,11 +153,7 @@ def split_host_vars(
     inventory several times faster (it copies and tags every value of the file). Node groups whose names meet in
     one inventory name (`a-b`, `a_b`) get no group: their hosts keep every variable. `cluster_vars` are the `all`
     group's (group_vars), which the receipts' digests cover too."""
-    per_group: dict[str, dict[str, Any]] = {}
-    for module in concern_modules():
-        if hasattr(module, "node_group_vars"):
-            for group, variables in module.node_group_vars(rc).items():
-                per_group.setdefault(group, {}).update(variables)
+    per_group = node_group_vars(rc)
     own = {name: {**host_vars(host), **per_group.get(host.group, {})} for name, host in rc.hosts.items()}
     members: dict[str, list[str]] = {}
     for name, resolved in rc.hosts.items():

@@ -26,7 +26,7 @@ from ..collection import ROOT, link_collection
 from ..resolve import ResolvedCluster
 from .applicable import applicable
 from .artifacts import Artifact
-from .inventory import group_vars, groups, host_vars
+from .inventory import group_vars, groups, host_vars, node_group_vars
 
 
 class RenderError(Exception):
@@ -78,14 +78,21 @@ def render(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[Rend
     _find_the_collection()
     shared = group_vars(rc)
     members = groups(rc)
-    all_hostvars = {name: ChainMap(host_vars(host), shared) for name, host in rc.hosts.items()}
+    per_group = node_group_vars(rc)
+
+    def own(name: str) -> dict[str, Any]:
+        """A host's variables as the inventory gives them: its own and its node group's (slurmd's node line)."""
+        host = rc.hosts[name]
+        return {**host_vars(host), **per_group.get(host.group, {})}
+
+    all_hostvars = {name: ChainMap(own(name), shared) for name in rc.hosts}
     loader = DataLoader()
     out: list[Rendered] = []
     for artifact, host in applicable(rc, only):
         variables: dict[str, Any] = {
             **_role_file(artifact.role, "defaults"),
             **shared,
-            **(host_vars(rc.hosts[host]) if host else {}),
+            **(own(host) if host else {}),
             **_role_file(artifact.role, "vars"),
             "groups": {"all": list(rc.hosts), **members},
             "hostvars": all_hostvars,

@@ -252,4 +252,4 @@ def test_apply_computes_the_role_variables_once(
     code, out, err = apply(capsys, str(cluster), "--yes")
     assert code == exitcodes.FAILED and "gpuinfra apply: stopped here" in err
     assert computed[0] == "apply-test" and computed[1].startswith("run with ") and len(computed) == 2
-    assert "5 configuration files rendered from the model" in out
+    assert "6 configuration files rendered from the model" in out

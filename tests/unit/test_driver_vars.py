@@ -24,6 +24,7 @@ from ansible.vars.manager import VariableManager
 from ruamel.yaml import YAML
 
 from gpuinfra.model import Cluster
+from gpuinfra.render import plan
 from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.render.vars import driver
 from gpuinfra.resolve import resolve
@@ -507,12 +508,14 @@ def test_artifacts_render_for_the_first_gpu_host() -> None:
         "unattended-upgrades-nvidia.conf.j2",
         "blacklist-nouveau.conf.j2",
         "unattended-upgrades-kernel.conf.j2",
+        "gpuinfra-kernel-updates.service.j2",
+        "gpuinfra-kernel-updates.timer.j2",
     }
+    planned = {r.artifact.template: r.content for r in plan.render(rc, list(driver.ARTIFACTS))}
     for artifact in driver.ARTIFACTS:
         assert artifact.host_role == "gpu_nodes"
         assert (ROLES / artifact.role / "templates" / artifact.template).exists()
-        text = render(artifact.role, artifact.template, **driver.group_vars(rc))
-        assert "Managed by gpuinfra" in text
+        assert "Managed by gpuinfra" in planned[artifact.template]
 
 
 # --- emulated GPUs ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ pytestmark = [
 
 DCGM = 'job="dcgm_exporter"'
 STATE_FILE = 'file="/var/lib/prometheus/node-exporter/gpuinfra_slurm.prom"'
+KERNEL_FILE = 'file="/var/lib/prometheus/node-exporter/gpuinfra_kernel_updates.prom"'
 
 
 def dcgm(metric: str, instance: str, gpu: str, extra: str = "") -> str:
@@ -38,6 +39,16 @@ def alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
 
 def gpu_labels(instance: str, gpu: str, **extra: str) -> dict[str, str]:
     return {"job": "dcgm_exporter", "instance": instance, "gpu": gpu, **extra}
+
+
+def kernel_labels(instance: str, state: str) -> dict[str, str]:
+    return {"job": "node", "instance": instance, "package": "linux-image-amd64", "version": "6.1.192-3", "state": state}
+
+
+def kernel_since(instance: str, package: str, version: str, state: str) -> str:
+    """The series the kernel_updates collector writes for one pending update, through the node exporter."""
+    where = f'job="node", instance="{instance}", package="{package}", version="{version}", state="{state}"'
+    return f"gpuinfra_kernel_update_pending_since_timestamp_seconds{{{where}}}"
 
 
 # Each case: input series, and for each evaluation time the alerts expected (an empty list: none fires).
@@ -193,6 +204,52 @@ CASES: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    # promtool's clock starts at 0, so a kernel that began waiting before the test has a negative "since". The limit
+    # is the default 14 days (1209600 s).
+    "KernelUpdatePending": {
+        "series": {
+            kernel_since("gpu01", "linux-image-amd64", "6.1.192-3", "available"): "-1209600x10",  # 14 d at t=0
+            kernel_since("gpu02", "linux-image-amd64", "6.1.192-3", "installed"): "-1209500x10",  # 100 s short of it
+            'gpuinfra_kernel_update_check_success{job="node", instance="gpu03"}': "1x10",  # nothing waits there
+        },
+        "evals": {
+            "0s": [],  # exactly 14 d: inside
+            "1m": [alert("KernelUpdatePending", "warning", **kernel_labels("gpu01", "available"))],
+            "3m": [
+                alert("KernelUpdatePending", "warning", **kernel_labels("gpu01", "available")),
+                alert("KernelUpdatePending", "warning", **kernel_labels("gpu02", "installed")),
+            ],
+        },
+    },
+    "KernelUpdateStateUnknown (check fails)": {
+        "alertname": "KernelUpdateStateUnknown",
+        "series": {
+            'gpuinfra_kernel_update_check_success{job="node", instance="gpu01"}': "0x10",
+            'gpuinfra_kernel_update_check_success{job="node", instance="gpu02"}': "1x10",
+        },
+        "evals": {"1m": [], "3m": [alert("KernelUpdateStateUnknown", "warning", job="node", instance="gpu01")]},
+    },
+    "KernelUpdateStateUnknown (stale file)": {
+        "alertname": "KernelUpdateStateUnknown",
+        "series": {
+            # gpu01's file stopped changing at t=0; gpu02's is rewritten all along; gpu03's is the Slurm state file.
+            f'node_textfile_mtime_seconds{{job="node", instance="gpu01", {KERNEL_FILE}}}': "0x500",
+            f'node_textfile_mtime_seconds{{job="node", instance="gpu02", {KERNEL_FILE}}}': "0+30x500",
+            f'node_textfile_mtime_seconds{{job="node", instance="gpu03", {STATE_FILE}}}': "0+30x500",
+        },
+        "evals": {
+            "3h": [],  # 10800 s old: inside
+            "3h5m": [
+                alert(
+                    "KernelUpdateStateUnknown",
+                    "warning",
+                    job="node",
+                    instance="gpu01",
+                    file="/var/lib/prometheus/node-exporter/gpuinfra_kernel_updates.prom",
+                )
+            ],
+        },
+    },
 }
 
 
@@ -332,6 +389,27 @@ def test_account_rules_record_what_the_jobs_hold_and_use(name: str, tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_age_of_a_waiting_kernel_is_recorded(tmp_path: Path) -> None:
+    """The collector writes since when; the age keeps growing with Prometheus's clock, even when the collector
+    stops. A node with nothing waiting has no age."""
+    series = {
+        kernel_since("gpu01", "linux-image-amd64", "6.1.192-3", "available"): "-100x20",
+        'gpuinfra_kernel_update_check_success{job="node", instance="gpu02"}': "1x20",
+    }
+    checks = [
+        {
+            "expr": "gpuinfra:kernel_update_pending:seconds",
+            "eval_time": at,
+            "exp_samples": [
+                recorded("gpuinfra:kernel_update_pending:seconds", age, **kernel_labels("gpu01", "available"))
+            ],
+        }
+        for at, age in (("0s", 100), ("5m", 400))
+    ]
+    result = _promtool_test(tmp_path, series, promql_expr_test=checks)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_a_wrong_recorded_value_would_fail(tmp_path: Path) -> None:
     """The harness is not vacuous: one GPU more than the job holds makes promtool fail."""
     check = {
@@ -387,6 +465,17 @@ def test_alert_fires_past_its_threshold_and_not_inside_it(name: str, tmp_path: P
         [str(PROMTOOL), "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_kernel_alert_names_the_command_that_boots_the_kernel() -> None:
+    from gpuinfra.cli import build_parser
+
+    rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
+    [rule] = [r for group in rules["groups"] for r in group["rules"] if r.get("alert") == "KernelUpdatePending"]
+    assert "Run `gpuinfra upgrade --kernel`" in rule["annotations"]["description"]
+    assert "longer than 14d " in rule["annotations"]["description"]  # the limit, as the cluster file says it
+    args = build_parser().parse_args(["upgrade", "--kernel", "cluster.yml"])
+    assert (args.verb, args.kernel) == ("upgrade", True)
 
 
 def test_a_missing_case_would_fail(tmp_path: Path) -> None:

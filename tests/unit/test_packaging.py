@@ -1,5 +1,6 @@
 """What gpuinfra ships: the wheel carries the collection `apply` needs, and the collection tarball holds the
-collection and nothing else, installs offline, and declares the collections it calls.
+collection and nothing else, builds with ansible-core alone (no distlib), installs offline, and declares the
+collections it calls.
 
 The installed wheel is run for real against the sandbox in tests/sandbox/test_installed_wheel.py.
 """
@@ -24,11 +25,27 @@ pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 COLLECTION_PARTS = ["galaxy.yml", "meta", "playbooks", "plugins", "roles"]
-# Top-level entries a collection tarball may hold: the collection, its docs, and galaxy's own two files.
-TARBALL_TOP = {"CHANGELOG.md", "README.md", "docs", "meta", "playbooks", "plugins", "roles", "galaxy.yml"}
-TARBALL_TOP |= {"FILES.json", "MANIFEST.json"}
+# Top-level entries a collection tarball may hold: the collection and its docs, and the two files ansible-galaxy writes
+# (MANIFEST.json carries galaxy.yml's contents; ansible-galaxy leaves galaxy.yml itself out).
+TARBALL_TOP = {"CHANGELOG.md", "README.md", "docs", "meta", "playbooks", "plugins", "roles"}
+GALAXY_FILES = {"FILES.json", "MANIFEST.json"}
 # Names that hold, or look like, key material: none may enter a tarball.
 KEY_NAMES = re.compile(r"(id_(rsa|ecdsa|ed25519|dsa)|\.(pem|key|p12|pfx)$)")
+# ansible-galaxy as a user of ansible-core alone runs it: ansible-core does not depend on distlib, so the build must
+# not need it (galaxy.yml's `manifest` does). Blocked in sys.modules, `import distlib` fails as if it were absent.
+GALAXY_WITHOUT_DISTLIB = """
+import sys
+sys.modules["distlib"] = None
+try:
+    import distlib
+except ImportError:
+    pass
+else:
+    sys.exit("distlib is importable")
+from ansible.cli.galaxy import main
+sys.argv[0] = "ansible-galaxy"
+main()
+"""
 
 
 def _run(*command: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
@@ -54,7 +71,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build_collection(source: Path, out: Path) -> Path:
-    _run(BIN / "ansible-galaxy", "collection", "build", "--output-path", out, source)
+    _run(BIN / "python", "-c", GALAXY_WITHOUT_DISTLIB, "collection", "build", "--output-path", out, source)
     (built,) = out.glob("gpuinfra-cluster-*.tar.gz")
     return built
 
@@ -62,6 +79,27 @@ def build_collection(source: Path, out: Path) -> Path:
 def tarball_names(tarball: Path) -> list[str]:
     with tarfile.open(tarball) as archive:
         return archive.getnames()
+
+
+def tarball_files(tarball: Path) -> set[str]:
+    with tarfile.open(tarball) as archive:
+        return {member.name for member in archive.getmembers() if member.isfile()}
+
+
+def collection_files(source: Path) -> set[str]:
+    """The files the collection is made of, by rule: all of meta/, playbooks/ and roles/, the plugins' Python and
+    YAML, the Markdown docs, README.md and CHANGELOG.md; never a hidden file, compiled Python or a key."""
+    kinds = {"meta": None, "playbooks": None, "roles": None, "plugins": {".py", ".yml"}, "docs": {".md"}}
+    out = {name for name in ("README.md", "CHANGELOG.md") if (source / name).is_file()}
+    for top, suffixes in kinds.items():
+        for path in (source / top).rglob("*"):
+            relative = path.relative_to(source)
+            name = str(relative)
+            if not path.is_file() or any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+                continue
+            if path.suffix != ".pyc" and not KEY_NAMES.search(name) and (suffixes is None or path.suffix in suffixes):
+                out.add(name)
+    return out
 
 
 def test_the_wheel_carries_the_whole_collection_and_no_tests(wheel: Path) -> None:
@@ -99,9 +137,13 @@ def test_the_collection_tarball_holds_only_the_collection(tmp_path: Path) -> Non
     for name in planted:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text("secret\n")
-    names = tarball_names(build_collection(source, tmp_path))
+    tarball = build_collection(source, tmp_path)
+    names = tarball_names(tarball)
 
-    assert {name.split("/")[0] for name in names} <= TARBALL_TOP
+    # Exactly the collection's files: a new top-level entry of the checkout, say, is neither, and fails here until
+    # galaxy.yml's build_ignore names it.
+    assert tarball_files(tarball) - GALAXY_FILES == collection_files(source)
+    assert {name.split("/")[0] for name in names} <= TARBALL_TOP | GALAXY_FILES
     assert not [name for name in names if KEY_NAMES.search(name)]
     assert not set(planted) & set(names)
     assert {"roles/nvidia_driver/tasks/main.yml", "playbooks/site.yml", "plugins/modules/gpu_health.py"} <= set(names)

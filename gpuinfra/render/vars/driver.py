@@ -37,6 +37,18 @@ ARTIFACTS: list[Artifact] = [
         template="blacklist-nouveau.conf.j2",
         host_role="gpu_nodes",
     ),
+    Artifact(
+        path="kernel-updates/systemd/gpuinfra-kernel-updates.service",
+        role="kernel_updates",
+        template="gpuinfra-kernel-updates.service.j2",
+        host_role="gpu_nodes",
+    ),
+    Artifact(
+        path="kernel-updates/systemd/gpuinfra-kernel-updates.timer",
+        role="kernel_updates",
+        template="gpuinfra-kernel-updates.timer.j2",
+        host_role="gpu_nodes",
+    ),
 ]
 
 

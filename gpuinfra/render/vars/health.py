@@ -20,8 +20,13 @@ from ..artifacts import Artifact
 EMULATED_GPU_TOOLS = "/usr/local/lib/gpuinfra-sandbox"
 EMULATED_KERNEL_LOG = "/var/lib/gpuinfra-sandbox/kern.log"
 
-# The role renders no files.
-ARTIFACTS: tuple[Artifact, ...] = ()
+# As the first GPU node has them: the health program's settings (the model's policy, the host's GPUs), and on a
+# Kubernetes GPU node, where no Slurm health check runs it, the systemd timer that does.
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("gpu-health/health.json", "gpu_health", "health.json.j2", "gpu_nodes"),
+    Artifact("gpu-health/gpuinfra-health.service", "gpu_health", "gpuinfra-health.service.j2", "k8s_gpu_worker"),
+    Artifact("gpu-health/gpuinfra-health.timer", "gpu_health", "gpuinfra-health.timer.j2", "k8s_gpu_worker"),
+)
 
 
 def driver_pin(rc: ResolvedCluster) -> str:

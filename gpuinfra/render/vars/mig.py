@@ -25,10 +25,12 @@ from ..artifacts import Artifact
 from . import HOST_LEFT_OUT
 
 # The mig role runs on GPU hosts outside Kubernetes, in practice Slurm compute nodes; on k8s_gpu_worker hosts the
-# GPU Operator's MIG manager applies the layouts (kubernetes.py). Both files are the same for every host.
+# GPU Operator's MIG manager applies the layouts (kubernetes.py). config.yaml and the service are the same for every
+# host; mig.env names the host's own configuration, here the first compute node's.
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("mig/config.yaml", "mig", "config.yaml.j2", "slurm_compute"),
     Artifact("mig/gpuinfra-mig.service", "mig", "gpuinfra-mig.service.j2", "slurm_compute"),
+    Artifact("mig/mig.env", "mig", "mig.env.j2", "slurm_compute"),
 )
 
 ALL_DISABLED = "all-disabled"

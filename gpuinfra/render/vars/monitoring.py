@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.driver import LocalSource, MirrorSource
+from ...model.grammar import duration_seconds
 from ...model.monitoring import COMPONENTS
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
@@ -31,6 +32,20 @@ ARTIFACTS: tuple[Artifact, ...] = (
     ),
     Artifact("monitoring/alertmanager/alertmanager.yml", "alertmanager", "alertmanager.yml.j2", "monitoring"),
     Artifact("monitoring/dcgm-exporter/gpuinfra-counters.csv", "dcgm_exporter", "counters.csv.j2", "gpu_nodes"),
+    Artifact("monitoring/grafana/provisioning/dashboards/gpuinfra.yml", "grafana", "dashboards.yml.j2", "monitoring"),
+    # The Slurm state collector runs on the controller (node_exporter_slurm_state_hosts).
+    Artifact(
+        "monitoring/node-exporter/gpuinfra-slurm-node-state.service",
+        "node_exporter",
+        "gpuinfra-slurm-node-state.service.j2",
+        "slurm_controller",
+    ),
+    Artifact(
+        "monitoring/node-exporter/gpuinfra-slurm-node-state.timer",
+        "node_exporter",
+        "gpuinfra-slurm-node-state.timer.j2",
+        "slurm_controller",
+    ),
 )
 
 # Where the monitoring_tls role installs the generated CA certificate and each host's certificate and key.
@@ -148,6 +163,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "prometheus_alert_idle_for": alerts.idle_for,
         "prometheus_alert_idle_allocated_labels": _allocated_labels(rc),
         "prometheus_alert_node_down_for": alerts.node_down_for,
+        "prometheus_alert_kernel_update_pending_s": duration_seconds(alerts.kernel_update_pending_for),
         "prometheus_alert_slurm": rc.model.slurm is not None,
         "prometheus_basic_auth": mon.basic_auth,
         "alertmanager_listen_host": listen_host,

@@ -26,6 +26,10 @@ from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
 
+# The hosts that get pyxis and enroot: every Slurm host that runs or submits jobs, compute hosts first (the play's
+# first host builds the packages, and compute hosts have a compiler for the driver already).
+CONTAINERS_GROUP = "slurm_containers"
+
 # slurmdbd.conf is left out on purpose: it holds the database password.
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("slurm/slurm.conf", "slurm_common", "slurm.conf.j2", "slurm_controller"),
@@ -34,6 +38,26 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("slurm/cgroup.conf", "slurm_common", "cgroup.conf.j2", "slurm_controller"),
     Artifact("slurm/topology.conf", "slurm_common", "topology.conf.j2", "slurm_controller"),
     Artifact("slurm/plugstack.conf", "slurm_common", "plugstack.conf.j2", "slurm_controller"),
+    # What slurm_compute writes on each compute node: the job-mapping prolog and epilog, slurmd's options.
+    Artifact("slurm/gpuinfra-prolog.sh", "slurm_compute", "prolog.sh.j2", "slurm_compute"),
+    Artifact("slurm/gpuinfra-epilog.sh", "slurm_compute", "epilog.sh.j2", "slurm_compute"),
+    Artifact("slurm-compute/default/slurmd", "slurm_compute", "slurmd.default.j2", "slurm_compute"),
+    Artifact(
+        "slurm-compute/slurmd.service.d/gpuinfra.conf", "slurm_compute", "slurmd.service.conf.j2", "slurm_compute"
+    ),
+    Artifact("slurm-dbd/mariadb/60-slurmdbd.cnf", "slurm_dbd", "mariadb-slurmdbd.cnf.j2", "slurm_dbd"),
+    # enroot's settings as a compute node has them (the group lists compute hosts first): the role writes them only
+    # where jobs run.
+    Artifact("slurm-containers/enroot.conf.d/gpuinfra.conf", "slurm_containers", "enroot.conf.j2", CONTAINERS_GROUP),
+    Artifact(
+        "slurm-containers/tmpfiles.d/gpuinfra-enroot.conf", "slurm_containers", "tmpfiles.conf.j2", CONTAINERS_GROUP
+    ),
+    Artifact(
+        "slurm-containers/gpuinfra-prolog.d/enroot-folders.sh",
+        "slurm_containers",
+        "enroot-folders.sh.j2",
+        CONTAINERS_GROUP,
+    ),
 )
 
 COMPUTE_ROLE = "slurm_compute"
@@ -41,9 +65,6 @@ CONTROLLER_ROLE = "slurm_controller"
 LOGIN_ROLE = "slurm_login"
 # The hosts that keep the Slurm configuration files; configless hosts fetch them from slurmctld.
 CONFIG_GROUP = "slurm_config"
-# The hosts that get pyxis and enroot: every Slurm host that runs or submits jobs, compute hosts first (the play's
-# first host builds the packages, and compute hosts have a compiler for the driver already).
-CONTAINERS_GROUP = "slurm_containers"
 # Where the controller keeps the enroot and pyxis packages it built, for every cluster it manages.
 PACKAGE_CACHE = "~/.cache/gpuinfra/packages"
 # The first release whose login nodes fetch the configuration with sackd.
