@@ -60,6 +60,8 @@ def unsafe(value: Any) -> Any:
     key of the model is a name whose grammar admits no template delimiter."""
     if isinstance(value, str):
         return {"__ansible_unsafe": value}
+    if isinstance(value, dict) and list(value) == ["__ansible_unsafe"] and isinstance(value["__ansible_unsafe"], str):
+        return value  # already data: wrapped again, Ansible's decoder would hand the inner text on as a template
     if isinstance(value, list):
         return [unsafe(item) for item in value]
     if isinstance(value, dict):

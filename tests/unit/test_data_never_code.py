@@ -43,6 +43,12 @@ def test_unsafe_marks_every_string_value_and_no_key() -> None:
     }
 
 
+def test_a_value_already_unsafe_is_not_wrapped_again() -> None:
+    """Wrapped twice, Ansible's JSON decoder would hand the inner text on as a template (a lookup in it ran)."""
+    marked = {"__ansible_unsafe": LOOKUP}
+    assert unsafe({"a": marked, "b": [marked]}) == {"a": marked, "b": [marked]}
+
+
 def test_only_connection_settings_stay_plain_strings() -> None:
     """Tools that connect from the inventory (testinfra's Ansible backend) take ansible_host only as a string; every
     other value is unsafe. The grammar of the connection fields admits no template delimiter."""
