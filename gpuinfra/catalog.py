@@ -21,6 +21,8 @@ from functools import cache
 from types import MappingProxyType
 from typing import Literal
 
+from .collection import module_util
+
 Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
 
 NVIDIA_VENDOR = "10DE"

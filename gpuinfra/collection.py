@@ -7,6 +7,7 @@ collection, one folder above this package.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -28,10 +29,12 @@ def link_collection(folder: Path) -> None:
 def module_util(name: str) -> ModuleType:
     """A module of the collection's plugins/module_utils, loaded from its file: for a definition gpuinfra shares with
     the plugins (which import it as ansible_collections.gpuinfra.cluster.plugins.module_utils.NAME)."""
-    spec = importlib.util.spec_from_file_location(
-        f"gpuinfra_module_utils_{name}", ROOT / "plugins" / "module_utils" / f"{name}.py"
-    )
+    qualified = f"gpuinfra_module_utils_{name}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    spec = importlib.util.spec_from_file_location(qualified, ROOT / "plugins" / "module_utils" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module  # before it runs: its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module

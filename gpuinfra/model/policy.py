@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
+from .. import catalog
 from .base import Model
 from .grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration_seconds
 
@@ -34,15 +35,64 @@ class HealthCheck(Model):
         return value
 
 
+# What a health check does with an XID (gpuinfra.catalog.XID_CLASSES, from NVIDIA's XID catalog); a test keeps the
+# two equal.
+XidClass = Literal["application", "ignore", "node", "reset", "reboot", "hardware"]
+
+
+def _xid_number(value: int) -> int:
+    if not 1 <= value <= catalog.XID_MAX:
+        raise ValueError(f"{value} is not an XID number (1 to {catalog.XID_MAX})")
+    return value
+
+
+XidNumber = Annotated[int, AfterValidator(_xid_number)]
+# The repetition rule's window: long enough for several jobs to start on a GPU, short enough that unrelated bugs
+# months apart never add up.
+MIN_REPEAT_WINDOW = 60
+MAX_REPEAT_WINDOW = 7 * 86400
+
+
+class XidRepetition(Model):
+    jobs: Annotated[int, Field(ge=2, le=1000)] = 3
+    """Application XIDs on one GPU from this many different jobs (processes, where Slurm cannot tell the job)
+    within `window` are the GPU's fault: the node is drained until it reboots or an operator clears it."""
+    window: Duration = "1h"
+
+    @field_validator("window")
+    @classmethod
+    def _window_in_range(cls, value: str) -> str:
+        if not MIN_REPEAT_WINDOW <= duration_seconds(value) <= MAX_REPEAT_WINDOW:
+            raise ValueError(f"must be between 1m and 7d, not {value}")
+        return value
+
+
 class Health(Model):
     max_temperature_c: Annotated[int, Field(ge=40, le=110)] = 85
     max_uncorrectable_ecc: NonNegativeInt = 0
-    allowed_xids: list[int] = []
-    """XIDs that do not fail a node (e.g. 13 or 31: application faults)."""
+    allowed_xids: list[XidNumber] = []
+    """XIDs that never fail a node, whatever their class: the older spelling of `xid_classes: {N: ignore}`."""
+    xid_classes: dict[XidNumber, XidClass] = {}
+    """Where the site overrides the class NVIDIA's XID catalog gives an XID, e.g. `{43: node}`."""
+    xid_repetition: XidRepetition = XidRepetition()
+    """When application XIDs are the GPU's fault after all."""
     require_persistence: bool = True
     check_pcie_link: bool = True
     check: HealthCheck = HealthCheck()
     """The continuous check on every GPU node, and what it does to the scheduler."""
+
+    @field_validator("xid_classes")
+    @classmethod
+    def _not_also_allowed(cls, value: dict[int, str], info: ValidationInfo) -> dict[int, str]:
+        allowed = set(info.data.get("allowed_xids") or ())
+        draining = sorted(xid for xid, kind in value.items() if xid in allowed and kind in catalog.XID_DRAINING)
+        if draining:
+            listed = ", ".join(f"{xid}: {value[xid]}" for xid in draining)
+            raise ValueError(
+                f"{listed} drains, but allowed_xids says never: name each XID in one of the two "
+                "(allowed_xids is the older spelling of class ignore)"
+            )
+        return value
 
 
 class Upgrade(Model):

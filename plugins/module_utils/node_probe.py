@@ -290,9 +290,17 @@ def service_problems(run: Run, which: Which, unit: str) -> list[str]:
     return [] if rc == 0 else [f"{unit} is {state}: NVSwitch systems need it to run jobs"]
 
 
-def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_events: Sequence[Any]) -> dict[str, Any]:
+def inspect(
+    run: Run,
+    which: Which,
+    policy: Policy,
+    options: ProbeOptions,
+    xid_events: Sequence[Any],
+    repeated: Sequence[Any] = (),
+) -> dict[str, Any]:
     """The node's verdict (verdict.assess) with what it was read from. `xid_events` come from the caller, which
-    decides which part of the kernel log counts (since boot, or since its last check)."""
+    decides which part of the kernel log counts (since boot, or since its last check), and so do `repeated`, the
+    GPUs the repetition rule makes faulty (verdict.repeated_faults over the caller's history)."""
     report, smi_rc, node_problems = read_smi(run, which, options)
     pin = policy.driver_version
     if options.module_cache is not None and (options.check_kernel_module or options.check_dkms):
@@ -310,7 +318,7 @@ def inspect(run: Run, which: Which, policy: Policy, options: ProbeOptions, xid_e
         node_problems.extend(problems)
     if policy.fabric_manager:
         node_problems.extend(service_problems(run, which, options.fabric_manager_unit))
-    verdict = assess(report, policy, xid_events, node_problems)
+    verdict = assess(report, policy, xid_events, node_problems, repeated)
     return {
         **verdict,
         "nvidia_smi_rc": smi_rc,

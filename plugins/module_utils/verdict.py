@@ -16,6 +16,7 @@ from typing import Any
 
 from .dkms import version_matches
 from .smi_report import Gpu, SmiReport, pci_key
+from .xid_catalog import DRAINING, HARDWARE, IGNORE, REBOOT, RESET, catalog_class
 from .xid_log import XidEvent
 
 # The process an XID names comes first in its message ("pid=..., name=..., "); the cause follows.
@@ -42,6 +43,9 @@ class Policy:
     max_temperature_c: int = 85
     max_uncorrectable_ecc: int = 0
     allowed_xids: Sequence[int] = ()
+    """XIDs that never drain, whatever their class: the older spelling of `xid_classes` {N: ignore}."""
+    xid_classes: Mapping[int, str] = field(default_factory=dict)
+    """XID -> class (xid_catalog.CLASSES), where the site overrides NVIDIA's catalog."""
     require_persistence: bool = True
     check_pcie_link: bool = True
     check_mig: bool = True
@@ -73,7 +77,9 @@ def _mig_problems(gpu: Gpu, policy: Policy) -> list[str]:
     return problems
 
 
-def gpu_problems(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent] = ()) -> list[str]:
+def gpu_problems(
+    gpu: Gpu, policy: Policy, xids: Sequence[XidEvent] = (), repeated: Sequence[RepeatedFault] = ()
+) -> list[str]:
     """Every reason this GPU is not healthy under the policy, in a fixed order."""
     problems = []
     if policy.expected_pci_ids and gpu.pci_device_id and gpu.pci_device_id not in policy.expected_pci_ids:
@@ -122,25 +128,103 @@ def gpu_problems(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent] = ()) -> lis
         )
     if policy.check_mig:
         problems.extend(_mig_problems(gpu, policy))
-    problems.extend(xid_problems(xids, policy.allowed_xids, since=policy.xid_window))
+    problems.extend(xid_problems(xids, policy, since=policy.xid_window))
+    problems.extend(fault.text() for fault in repeated)
     return problems
 
 
-def xid_problems(
-    events: Sequence[XidEvent], allowed: Sequence[int], where: str = "", since: str = "since boot"
-) -> list[str]:
+# What each draining class asks of the operator, in the problem and the drain reason; `node` asks nothing more.
+CLASS_ACTION = {
+    RESET: "reset the GPU",
+    REBOOT: "reboot",
+    HARDWARE: "hardware fault: repair or replace the GPU",
+}
+
+
+def xid_class(event: XidEvent, policy: Policy) -> str:
+    """The class the policy gives this XID: never draining when allowed, else the site's, else NVIDIA's catalog's."""
+    if event.xid in policy.allowed_xids:
+        return IGNORE
+    return policy.xid_classes.get(event.xid) or catalog_class(event.xid, event.message)
+
+
+def xid_problems(events: Sequence[XidEvent], policy: Policy, where: str = "", since: str = "since boot") -> list[str]:
+    """One problem per XID of a draining class; the others are reported (xid_reports), not judged."""
     counts: dict[int, list[XidEvent]] = {}
+    classes: dict[int, str] = {}
     for event in events:
-        if event.xid not in allowed:
+        kind = xid_class(event, policy)
+        if kind in DRAINING:
             counts.setdefault(event.xid, []).append(event)
+            classes[event.xid] = kind
     problems = []
     for xid in sorted(counts):
         seen = counts[xid]
         times = "1 time" if len(seen) == 1 else f"{len(seen)} times"
         cause = _XID_PROCESS.sub("", seen[0].message)
         detail = f": {cause}" if cause else ""
-        problems.append(f"XID {xid} in the kernel log {since}{where} ({times}){detail}")
+        action = CLASS_ACTION.get(classes[xid])
+        asks = f" ({action})" if action else ""
+        problems.append(f"XID {xid}{asks} in the kernel log {since}{where} ({times}){detail}")
     return problems
+
+
+# --- the repetition rule ----------------------------------------------------------------------------------------
+
+
+def duration_text(seconds: int) -> str:
+    """3600 -> "1h", 5400 -> "90m": the largest unit that divides it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@dataclass
+class RepeatedFault:
+    """Application XIDs on one GPU from several different jobs (processes, where the job is unknown) within a
+    window: more than bad luck in user code, so the GPU's fault."""
+
+    pci: str
+    xids: list[int]
+    sources: list[str]
+    """The jobs ("job 4711") or processes ("pid 4242") the XIDs came from, in the order they were seen."""
+    window: int
+    """Seconds."""
+
+    def text(self, where: str = "") -> str:
+        """`XID 13 from 3 different jobs on GPU 1 within 1h: treated as a GPU fault`, `where` naming the GPU."""
+        jobs = sum(source.startswith("job ") for source in self.sources)
+        noun = "jobs" if jobs == len(self.sources) else "processes" if jobs == 0 else "jobs or processes"
+        xids = f"XID {self.xids[0]}" if len(self.xids) == 1 else f"XIDs {', '.join(map(str, self.xids))}"
+        return (
+            f"{xids} from {len(self.sources)} different {noun}{where} within {duration_text(self.window)}: "
+            "treated as a GPU fault"
+        )
+
+
+def fault_source(fault: Mapping[str, Any]) -> str:
+    """What tells one application fault's cause from another's: its job, else its process; empty when neither is
+    known (such a fault cannot be told apart, and is not counted)."""
+    if fault.get("job"):
+        return f"job {fault['job']}"
+    return f"pid {fault['pid']}" if fault.get("pid") else ""
+
+
+def repeated_faults(faults: Sequence[Mapping[str, Any]], now: float, window: int, jobs: int) -> list[RepeatedFault]:
+    """The GPUs whose application faults (dicts with xid, pci, time, and job or pid) within `window` seconds before
+    `now` came from `jobs` or more different jobs or processes."""
+    per_gpu: dict[str, list[Mapping[str, Any]]] = {}
+    for fault in faults:
+        if now - window <= float(fault.get("time", 0)) <= now and fault_source(fault):
+            per_gpu.setdefault(str(fault.get("pci", "")), []).append(fault)
+    out = []
+    for pci in sorted(per_gpu):
+        sources = list(dict.fromkeys(fault_source(f) for f in per_gpu[pci]))
+        if jobs > 0 and len(sources) >= jobs:
+            xids = sorted({int(f["xid"]) for f in per_gpu[pci]})
+            out.append(RepeatedFault(pci=pci, xids=xids, sources=sources, window=window))
+    return out
 
 
 def gpu_summary(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent], problems: list[str]) -> dict[str, Any]:
@@ -181,15 +265,34 @@ def gpu_summary(gpu: Gpu, policy: Policy, xids: Sequence[XidEvent], problems: li
     }
 
 
+def xid_report(event: XidEvent, kind: str, gpu: int | None) -> dict[str, Any]:
+    """An XID that does not drain, as it is reported: against the process, job and user that caused it."""
+    return {
+        "xid": event.xid,
+        "class": kind,
+        "gpu": gpu,
+        "pci": event.pci,
+        "gpu_instance": event.gpu_instance,
+        "pid": event.pid,
+        "process": event.process,
+        "job": event.job,
+        "user": event.user,
+        "message": event.message,
+    }
+
+
 def assess(
     report: SmiReport | None,
     policy: Policy,
     xid_events: Sequence[XidEvent] = (),
     node_problems: Sequence[str] = (),
+    repeated: Sequence[RepeatedFault] = (),
 ) -> dict[str, Any]:
-    """The verdict for a node: its GPUs with their problems, node problems, and a flat list of both.
+    """The verdict for a node: its GPUs with their problems, node problems, and a flat list of both, and the XIDs
+    that are reported rather than judged (`xid_reports`).
 
-    `report` is None when nvidia-smi gave none; the caller passes the reason as a node problem.
+    `report` is None when nvidia-smi gave none; the caller passes the reason as a node problem. `repeated` are the
+    GPUs the repetition rule (kept by the caller, which sees the checks over time) makes faulty.
     """
     node = list(node_problems)
     gpus: list[dict[str, Any]] = []
@@ -211,13 +314,25 @@ def assess(
             node.append(f"nvidia-smi lists {len(report.gpus)} GPU(s), the model expects {policy.expected_count}")
         if policy.driver_version and not version_matches(report.driver_version, policy.driver_version):
             node.append(f"the driver in use is {report.driver_version}, the pin is {policy.driver_version}")
+    repeated_per_gpu: dict[int, list[RepeatedFault]] = {}
+    for fault in repeated:
+        if fault.pci in by_pci:
+            repeated_per_gpu.setdefault(by_pci[fault.pci], []).append(fault)
+        else:
+            node.append(fault.text(f" on PCI {fault.pci}"))
     for pci in sorted(unmatched):
         where = f" for PCI {pci}, a GPU nvidia-smi does not list" if report is not None else f" for PCI {pci}"
-        node.extend(xid_problems(unmatched[pci], policy.allowed_xids, where, policy.xid_window))
+        node.extend(xid_problems(unmatched[pci], policy, where, policy.xid_window))
+    reports = [
+        xid_report(event, kind, by_pci.get(event.pci))
+        for event in xid_events
+        for kind in [xid_class(event, policy)]
+        if kind not in DRAINING
+    ]
     flat: list[str] = []
     for gpu in listed:
         xids = per_gpu.get(gpu.index, [])
-        problems = gpu_problems(gpu, policy, xids)
+        problems = gpu_problems(gpu, policy, xids, repeated_per_gpu.get(gpu.index, []))
         gpus.append(gpu_summary(gpu, policy, xids, problems))
         flat.extend(f"{gpu.label}: {p}" for p in problems)
     flat.extend(f"node: {p}" for p in node)
@@ -230,6 +345,7 @@ def assess(
         "gpus": gpus,
         "node_problems": node,
         "problems": flat,
+        "xid_reports": reports,
     }
 
 

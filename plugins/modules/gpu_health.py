@@ -18,6 +18,7 @@ from ansible_collections.gpuinfra.cluster.plugins.module_utils.node_probe import
     read_journal,
 )
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.verdict import Policy, failure_message
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.xid_catalog import CLASSES, XID_MAX
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.xid_log import parse_xid_log
 
 DOCUMENTATION = r"""
@@ -67,10 +68,20 @@ options:
     type: int
     default: 0
   allowed_xids:
-    description: XIDs that do not make a GPU unhealthy, e.g. C(13) or C(31) (faults of applications).
+    description:
+      - XIDs that never make a GPU unhealthy, whatever their class; the same as class C(ignore) in O(xid_classes).
     type: list
     elements: int
     default: []
+  xid_classes:
+    description:
+      - XID number to class, where the site overrides NVIDIA's XID catalog (the C(xid_catalog) module_util).
+      - C(application) and C(ignore) never make a GPU unhealthy and are reported in RV(xid_reports); C(node),
+        C(reset), C(reboot) and C(hardware) do. An XID neither here nor in the catalog is C(node).
+      - The repetition rule (application XIDs from several jobs on one GPU) needs the checks' history, so only the
+        node health program applies it, not this module.
+    type: dict
+    default: {}
   require_persistence:
     description: Whether persistence mode must be enabled on every GPU.
     type: bool
@@ -140,7 +151,7 @@ EXAMPLES = r"""
   gpuinfra.cluster.gpu_health:
     expected_count: 8
     driver_version: "535.261.03"
-    allowed_xids: [13, 31]
+    xid_classes: {43: node}
 
 - name: Report without failing, MIG enabled on GPUs 0 and 1
   gpuinfra.cluster.gpu_health:
@@ -197,7 +208,10 @@ gpus:
     clock_reasons: {description: Active clock event (throttle) reasons., type: list, elements: str}
     pcie: {description: Current and maximum PCIe link generation and width., type: dict}
     mig: {description: MIG mode (current, pending), MIG device count, assigned layout and expected mode., type: dict}
-    xids: {description: XID events of this GPU since boot., type: list, elements: dict}
+    xids:
+      description: XID events of this GPU since boot (xid, pci, gpu_instance, message, pid, process, job, user).
+      type: list
+      elements: dict
     problems: {description: Reasons this GPU is unhealthy; empty when healthy., type: list, elements: str}
 gpu_count:
   description: Number of GPUs nvidia-smi lists.
@@ -233,6 +247,15 @@ xid_events:
   type: list
   elements: dict
   sample: [{xid: 79, pci: "0000:3b:00", gpu_instance: null, message: "GPU has fallen off the bus."}]
+xid_reports:
+  description:
+    - The XIDs since boot whose class does not make a GPU unhealthy (C(application), C(ignore)), each with its class,
+      GPU index, the pid and name of the process the driver named, and the message. What the host logged is data.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{xid: 13, class: application, gpu: 0, pci: "0000:18:00", gpu_instance: null, pid: 4242,
+            process: train.py, job: "", user: "", message: "pid=4242, name=train.py, Graphics Exception: ..."}]
 kernel_module_version:
   description: Version of the nvidia module C(modinfo) finds for the running kernel, or null.
   returned: always
@@ -261,6 +284,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "max_temperature_c": {"type": "int", "default": 85},
     "max_uncorrectable_ecc": {"type": "int", "default": 0},
     "allowed_xids": {"type": "list", "elements": "int", "default": []},
+    "xid_classes": {"type": "dict", "default": {}},
     "require_persistence": {"type": "bool", "default": True},
     "check_pcie_link": {"type": "bool", "default": True},
     "check_mig": {"type": "bool", "default": True},
@@ -319,6 +343,23 @@ def program_verdict(module: AnsibleModule, program: str) -> dict[str, Any]:
     }
 
 
+def xid_classes(module: AnsibleModule, given: dict[Any, Any]) -> dict[int, str]:
+    """The option's XID classes, keys as integers; every wrong entry named at once."""
+    out: dict[int, str] = {}
+    wrong = []
+    for key, value in given.items():
+        text = str(key).strip()
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= XID_MAX):
+            wrong.append(f"{key!r} is not an XID number (1 to {XID_MAX})")
+        elif value not in CLASSES:
+            wrong.append(f"XID {text}: {value!r} is not a class ({', '.join(CLASSES)})")
+        else:
+            out[int(text)] = value
+    if wrong:
+        module.fail_json(msg=f"xid_classes: {'; '.join(wrong)}")
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
@@ -336,6 +377,7 @@ def main() -> None:
         max_temperature_c=p["max_temperature_c"],
         max_uncorrectable_ecc=p["max_uncorrectable_ecc"],
         allowed_xids=tuple(p["allowed_xids"]),
+        xid_classes=xid_classes(module, p["xid_classes"] or {}),
         require_persistence=p["require_persistence"],
         check_pcie_link=p["check_pcie_link"],
         check_mig=p["check_mig"],

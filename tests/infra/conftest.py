@@ -86,6 +86,10 @@ def expected_from(host: str, variables: dict[str, Any]) -> Expected:
         )
         if v.get(f"gpu_health_{name}") is not None
     }
+    # The site's XID classes, keyed by number as the verdict reads them (an inventory's keys are strings).
+    classes = v.get("gpu_health_xid_classes") or {}
+    if classes:
+        policy["xid_classes"] = {int(xid): str(kind) for xid, kind in dict(classes).items()}
     return Expected(
         host=host,
         pin=str(pin),

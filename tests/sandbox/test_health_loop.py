@@ -5,7 +5,8 @@ The sandbox's GPUs are emulated: `gpuinfra-sandbox-gpu STATE` on a GPU node make
 hand-written output for the installed driver (and appends the fault's kernel messages to the log the program
 reads). Everything else is real: the program, its checks, slurmctld, slurmd and the jobs.
 
-"Within one interval" is held to its word: a drain or a resume must be seen before the second interval ends.
+"Within one interval" is held to its word: a fault's drain, and the resume after its repair, must be seen within one
+interval plus the time one check takes on the node (measured, not assumed) and a poll of sinfo.
 
 Runs after test_apply_e2e.py (files run in name order), which converges the sandbox; run alone, it converges it.
 """
@@ -71,6 +72,15 @@ def _restore() -> None:
             on_host("ctl01", "scontrol", "update", f"NodeName={host}", "State=RESUME")
 
 
+@pytest.fixture(scope="module")
+def one_interval(interval: int) -> float:
+    """The most a fault may take to drain its node: the next check starts within one interval, and the check itself
+    takes as long as one run of the program here (measured, SSH included), plus a one-second poll of sinfo."""
+    start = time.monotonic()
+    assert on_host("gpu02", "gpuinfra-health", "--no-action").returncode == 0
+    return interval + (time.monotonic() - start) + 1
+
+
 def test_the_program_reads_the_emulated_gpus_as_healthy(interval: int) -> None:
     """The real checks pass on the hand-written healthy answer: count, model, driver pin, DKMS, persistence, XIDs."""
     done = on_host("gpu02", "gpuinfra-health", "--no-action")
@@ -78,11 +88,11 @@ def test_the_program_reads_the_emulated_gpus_as_healthy(interval: int) -> None:
     assert done.stdout.startswith("gpuinfra-health: healthy; no action"), done.stdout
 
 
-def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -> None:
+def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int, one_interval: float) -> None:
     assert on_host("gpu02", SWITCH, "xid79").returncode == 0
-    took = wait_for("gpu02 drained by its health check", lambda: drained(node("gpu02")[0]), 2 * interval)
+    took = wait_for("gpu02 drained by its health check", lambda: drained(node("gpu02")[0]), one_interval)
     print(f"gpu02 drained {took:.1f} s after its GPU 1 fell off the bus (interval {interval} s)")
-    assert node("gpu02")[1] == "gpuinfra-health: xid 79 on GPU 1"
+    assert node("gpu02")[1] == "gpuinfra-health: xid 79 on GPU 1: reboot"
 
     # While gpu02 is broken, GPU jobs land on gpu01 only.
     script = shlex.quote("hostname")
@@ -94,9 +104,9 @@ def test_a_broken_gpu_drains_its_node_and_the_repair_resumes_it(interval: int) -
     # The GPU answers again, but XID 79 stays until a reboot or the operator's word: still drained.
     assert on_host("gpu02", SWITCH, "healthy").returncode == 0
     time.sleep(interval * 2 + 2)
-    assert node("gpu02") == ("drained", "gpuinfra-health: xid 79 on GPU 1")
+    assert node("gpu02") == ("drained", "gpuinfra-health: xid 79 on GPU 1: reboot")
     assert on_host("gpu02", "gpuinfra-health", "--clear-xids", "--no-action").returncode == 0
-    took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), 2 * interval)
+    took = wait_for("gpu02 resumed by its health check", lambda: not drained(node("gpu02")[0]), one_interval)
     print(f"gpu02 resumed {took:.1f} s after the operator cleared the XID")
     assert node("gpu02")[1] == ""
 
@@ -128,12 +138,12 @@ def test_drain_unhealthy_takes_what_a_node_reports_as_data(interval: int, tmp_pa
     wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
 
 
-def test_a_pending_row_remap_drains_until_the_gpu_is_reset(interval: int) -> None:
+def test_a_pending_row_remap_drains_until_the_gpu_is_reset(interval: int, one_interval: float) -> None:
     assert on_host("gpu02", SWITCH, "row-remap-pending").returncode == 0
-    wait_for("gpu02 drained for its row remap", lambda: drained(node("gpu02")[0]), 2 * interval)
+    wait_for("gpu02 drained for its row remap", lambda: drained(node("gpu02")[0]), one_interval)
     assert node("gpu02")[1].startswith("gpuinfra-health: GPU 0 (00000000:18:00.0): row remapping is pending")
     assert on_host("gpu02", SWITCH, "healthy").returncode == 0
-    wait_for("gpu02 resumed after the reset", lambda: not drained(node("gpu02")[0]), 2 * interval)
+    wait_for("gpu02 resumed after the reset", lambda: not drained(node("gpu02")[0]), one_interval)
 
 
 def test_an_admin_drain_survives_many_intervals_healthy_or_not(interval: int) -> None:
@@ -254,3 +264,76 @@ def test_apply_fails_a_node_whose_gpu_broke_before_its_health_check_drained_it(i
         on_host("gpu02", "systemctl", "kill", "--signal=SIGCONT", "slurmd")
         _restore()
     wait_for("gpu02 in service", lambda: not drained(node("gpu02")[0]), 2 * interval)
+
+
+# --- XID classes: an application's fault is the job's, until it keeps coming back from different jobs -------------
+
+REPEATED_REASON = "gpuinfra-health: XID 13 from 3 different jobs on GPU 1 within 1h: treated as a GPU fault"
+
+
+def _job_on_gpu02() -> tuple[str, int]:
+    """A job of alice's running `sleep` on gpu02: its id, and the pid slurmd lists for its process."""
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--nodelist=gpu02",
+              "--chdir=/tmp", "--output=/dev/null", "--wrap", shlex.quote("exec sleep 600")]  # fmt: skip
+    submitted = on_host("ctl01", *sbatch)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    find = (f"for p in $(scontrol listpids {job} | awk 'NR > 1 {{print $1}}'); do "
+            '[ "$(cat /proc/$p/comm 2>/dev/null)" = sleep ] && echo $p; done; true')  # fmt: skip
+    pids: list[str] = []
+
+    def running() -> bool:
+        pids[:] = on_host("gpu02", "sh", "-c", shlex.quote(find)).stdout.split()
+        return bool(pids)
+
+    wait_for(f"job {job}'s sleep running on gpu02", running, 60)
+    return job, int(pids[0])
+
+
+def _application_xid(pid: int) -> None:
+    """XID 13 on gpu02's GPU 1, from the process `pid`, as the driver logs a user's bad pointer."""
+    line = f"NVRM: Xid (PCI:0000:2a:00): 13, pid={pid}, name=sleep, Graphics Exception: ESR 0x514648=0x1000a"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    append = f"echo {shlex.quote(f'{stamp} gpu02 kernel: {line}')} >> {EMULATED_KERNEL_LOG}"
+    assert on_host("gpu02", "sh", "-c", shlex.quote(append)).returncode == 0
+
+
+def _reported(job: str, pid: int) -> bool:
+    """The program logged the XID against this job and its user (the system log, tag gpuinfra-health)."""
+    done = on_host("gpu02", "journalctl", "--no-pager", "-q", "-t", "gpuinfra-health", "-o", "cat")
+    line = f"XID 13 on GPU 1 (application fault, not drained): pid {pid} (sleep), job {job}, user alice"
+    return line in done.stdout.splitlines()
+
+
+def _reported_check(job: str, pid: int) -> Callable[[], bool]:
+    return lambda: _reported(job, pid)
+
+
+def test_an_application_xid_is_the_jobs_until_several_jobs_have_it(interval: int, one_interval: float) -> None:
+    """XID 13 from one job's process leaves gpu02 in service: the health check logs it against that job and alice
+    (slurmd's `scontrol pidinfo`), and drains nothing. The same XID on the same GPU from three different jobs within
+    the hour is the GPU's fault: gpu02 is drained with the repetition reason, and stays drained until cleared."""
+    _restore()
+    jobs: list[str] = []
+    try:
+        for count in (1, 2, 3):
+            job, pid = _job_on_gpu02()
+            jobs.append(job)
+            _application_xid(pid)
+            if count < 3:
+                wait_for(f"XID 13 of job {job} reported", _reported_check(job, pid), one_interval)
+                state, reason = node("gpu02")
+                assert not drained(state) and reason == "", (state, reason)
+            else:
+                took = wait_for("gpu02 drained by the repetition rule", lambda: drained(node("gpu02")[0]), one_interval)
+                print(f"gpu02 drained {took:.1f} s after the third job's XID 13")
+                assert node("gpu02")[1] == REPEATED_REASON
+                assert _reported(job, pid)
+            on_host("ctl01", "scancel", job)
+        time.sleep(interval * 2 + 2)
+        assert node("gpu02") == ("drained", REPEATED_REASON)
+    finally:
+        for job in jobs:
+            on_host("ctl01", "scancel", job)
+        _restore()
+    wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)

@@ -38,15 +38,13 @@ UNHEALTHY = [
     f"{GPU3}: 3 uncorrectable ECC error(s) since the driver loaded (limit 0)",
     f"{GPU3}: row remapping is pending: reset the GPU (or reboot) to apply it",
     f"{GPU3}: clocks slowed down: hw_thermal_slowdown, sw_thermal_slowdown",
-    f"{GPU3}: XID 48 in the kernel log since boot (1 time): An uncorrectable double bit error (DBE) has been "
-    "detected on GPU in the framebuffer at partition 6, subpartition 0.",
-    f"{GPU3}: XID 63 in the kernel log since boot (1 time): Row Remapper: New row (0x00000000012c4d80) marked for "
-    "remapping, reset gpu to activate.",
+    f"{GPU3}: XID 48 (reset the GPU) in the kernel log since boot (1 time): An uncorrectable double bit error (DBE) "
+    "has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
     f"{GPU6}: PCIe link width x8 is below its maximum x16",
     f"{GPU6}: PCIe link Gen3 is below its maximum Gen5",
-    f"{GPU6}: XID 79 in the kernel log since boot (2 times): GPU has fallen off the bus.",
-    "node: XID 119 in the kernel log since boot for PCI 0000:c1:00, a GPU nvidia-smi does not list (1 time): "
-    "Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) "
+    f"{GPU6}: XID 79 (reboot) in the kernel log since boot (2 times): GPU has fallen off the bus.",
+    "node: XID 119 (reset the GPU) in the kernel log since boot for PCI 0000:c1:00, a GPU nvidia-smi does not list "
+    "(1 time): Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) "
     "(0x20800a4c 0x4).",
 ]
 # Checks that need tools these tests fake on purpose; switched on only where a test provides them.
@@ -137,15 +135,41 @@ def test_healthy_node(node: Node) -> None:
 def test_unhealthy_node_fails_naming_each_gpu_and_reason(node: Node) -> None:
     node.tool("nvidia-smi", DATA / "h100-hgx-8x-unhealthy.xml")
     node.tool("journalctl", DATA / "kernel-log-journal.txt")
-    rc, result, stdout = node.run({"expected_count": 8, "allowed_xids": [13], **NO_HOST_CHECKS})
+    rc, result, stdout = node.run({"expected_count": 8, **NO_HOST_CHECKS})
     assert rc == 2
     assert (result["failed"], result["healthy"], result["changed"]) == (True, False, False)
     assert result["problems"] == UNHEALTHY
-    assert result["msg"] == f"GPU node unhealthy (10 problems): {'; '.join(UNHEALTHY)}"
+    assert result["msg"] == f"GPU node unhealthy (9 problems): {'; '.join(UNHEALTHY)}"
     assert [g["index"] for g in result["gpus"] if g["problems"]] == [3, 6]
-    assert result["gpus"][1]["xids"][0]["xid"] == 13  # allowed: reported, not judged
+    assert result["gpus"][1]["xids"][0]["xid"] == 13  # the application's: reported, not judged
     assert [e["xid"] for e in result["xid_events"]] == [48, 63, 13, 79, 79, 119]
+    assert [(r["xid"], r["class"], r["gpu"], r["pid"], r["process"]) for r in result["xid_reports"]] == [
+        (63, "ignore", 3, 24511, "python3"),
+        (13, "application", 1, 30877, "train.py"),
+    ]
     assert f"{GPU3}: temperature 92 C is above the 85 C limit" in stdout
+
+
+def test_the_sites_xid_classes_override_the_catalog(node: Node) -> None:
+    """Ansible hands a dict's keys over as strings: the module reads them back as XID numbers."""
+    node.tool("nvidia-smi", DATA / "h100-hgx-8x-healthy.xml")
+    node.tool("journalctl", DATA / "kernel-log-journal.txt")
+    rc, result, _ = node.run({"xid_classes": {"13": "node", "48": "ignore", "79": "ignore"}, **NO_HOST_CHECKS})
+    assert rc == 2
+    assert [p.split(" in the kernel log")[0] for p in result["problems"]] == [
+        "GPU 1 (00000000:2A:00.0): XID 13",
+        "node: XID 119 (reset the GPU)",
+    ]
+
+
+def test_a_wrong_xid_class_is_refused_naming_each(node: Node) -> None:
+    node.tool("nvidia-smi", DATA / "h100-hgx-8x-healthy.xml")
+    rc, result, _ = node.run({"xid_classes": {"13": "nodes", "x": "node", "1500": "reset"}, **NO_HOST_CHECKS})
+    assert rc == 2
+    assert result["msg"] == (
+        "xid_classes: XID 13: 'nodes' is not a class (application, ignore, node, reset, reboot, hardware); 'x' is not "
+        "an XID number (1 to 999); '1500' is not an XID number (1 to 999)"
+    )
 
 
 def test_unhealthy_node_reported_without_failing(node: Node) -> None:
@@ -231,7 +255,7 @@ def test_dmesg_when_journalctl_fails(node: Node) -> None:
     rc, result, _ = node.run({"allowed_xids": [31], **NO_HOST_CHECKS})
     assert rc == 2
     assert result["kernel_log_source"] == "dmesg"
-    assert [p.split(": XID")[1].split(" in")[0] for p in result["problems"]] == [" 48", " 63"]
+    assert [p.split(": XID")[1].split(" in")[0] for p in result["problems"]] == [" 48 (reset the GPU)"]
     assert all(p.startswith("GPU 1 (00000000:07:00.0): XID") for p in result["problems"])
 
 
@@ -345,6 +369,9 @@ def _cluster(**sections: Any) -> ResolvedCluster:
                 "gpu_health_max_temperature_c": 80,
                 "gpu_health_max_uncorrectable_ecc": 0,
                 "gpu_health_allowed_xids": [13, 31],
+                "gpu_health_xid_classes": {},
+                "gpu_health_xid_repeat_jobs": 3,
+                "gpu_health_xid_repeat_window": 3600,
                 "gpu_health_require_persistence": True,
                 "gpu_health_check_pcie_link": True,
                 "gpu_health_driver_version": "535.261.03",
@@ -364,6 +391,14 @@ def _cluster(**sections: Any) -> ResolvedCluster:
         (
             {"health": {"max_uncorrectable_ecc": 2}},
             {"gpu_health_max_uncorrectable_ecc": 2, "gpu_health_driver_version": ""},
+        ),
+        (
+            {"health": {"xid_classes": {94: "reset", 43: "node"}, "xid_repetition": {"jobs": 5, "window": "2h"}}},
+            {
+                "gpu_health_xid_classes": {"43": "node", "94": "reset"},
+                "gpu_health_xid_repeat_jobs": 5,
+                "gpu_health_xid_repeat_window": 7200,
+            },
         ),
     ],
 )

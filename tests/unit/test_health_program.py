@@ -58,6 +58,14 @@ with open(sys.argv[0] + ".log", "a") as log:
 if sys.argv[1:3] == ["show", "node"]:
     reason = f" Reason={node['reason']} [root@2026-11-25T03:00:00]" if node["reason"] else ""
     print(f"NodeName={sys.argv[3]} Arch=x86_64 CPUTot=2 State={node['state']} Partitions=gpu{reason}")
+elif sys.argv[1] == "pidinfo":
+    job = node.get("jobs", {}).get(sys.argv[2])
+    if job is None:
+        sys.exit("slurm_pid2jobid error: Process not found")
+    print(f"Slurm job id {job[0]} ends at Tue Nov 25 04:00:00 2026\nslurm_get_rem_time is 3599")
+elif sys.argv[1:3] == ["show", "job"]:
+    users = {job: user for job, user in node.get("jobs", {}).values()}
+    print(f"JobId={sys.argv[3]} JobName=train UserId={users[sys.argv[3]]}(1001) GroupId=users(100) Priority=1")
 elif sys.argv[1] == "update":
     args = dict(a.split("=", 1) for a in sys.argv[2:])
     if args["State"] == "DRAIN":
@@ -65,6 +73,13 @@ elif sys.argv[1] == "update":
     elif args["State"] == "RESUME":
         node.update(state=node["state"].split("+")[0], reason="")
     json.dump(node, open(path, "w"))
+"""
+
+# logger: records each call's arguments.
+LOGGER = r"""#!/usr/bin/env python3
+import json, sys
+with open(sys.argv[0] + ".log", "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
 """
 
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.gpu02-service-account-token.c2lnbmF0dXJl"  # the stand-in's; never printed
@@ -299,6 +314,9 @@ class Node:
                 "max_temperature_c": 85,
                 "max_uncorrectable_ecc": 0,
                 "allowed_xids": [],
+                "xid_classes": {},
+                "xid_repeat_jobs": 3,
+                "xid_repeat_window": 3600,
                 "require_persistence": True,
                 "check_pcie_link": True,
                 "mig_layouts": {},
@@ -333,6 +351,25 @@ class Node:
 
     def slurm(self, state: str = "IDLE", reason: str = "") -> None:
         (self.root / "bin" / "scontrol.json").write_text(json.dumps({"state": state, "reason": reason}))
+
+    def job(self, pid: int, job: str, user: str) -> None:
+        """Make slurmd answer `scontrol pidinfo PID` with this job, of this user."""
+        state = self.root / "bin" / "scontrol.json"
+        node: dict[str, Any] = json.loads(state.read_text())
+        node.setdefault("jobs", {})[str(pid)] = [job, user]
+        state.write_text(json.dumps(node))
+
+    def xid(
+        self, xid: int, pid: int | None, name: str = "sleep", bus: str = "18", text: str = "Graphics Exception"
+    ) -> None:
+        """Append an XID line as the driver prints it for the GPU at bus `bus` (GPU 0 at 18, GPU 1 at 2a)."""
+        who = f"pid={pid}, name={name}" if pid else "pid='<unknown>', name=<unknown>"
+        with self.kern_log.open("a") as log:
+            log.write(f"2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:{bus}:00): {xid}, {who}, {text}\n")
+
+    def logged(self) -> list[str]:
+        """What the program sent to the system log (logger's message arguments)."""
+        return [call[-1] for call in self.calls("logger")]
 
     @property
     def slurm_node(self) -> dict[str, str]:
@@ -373,6 +410,8 @@ def node(tmp_path: Path) -> Node:
         (library / name).symlink_to(ROOT / "plugins" / "module_utils" / name)
     (tmp_path / "bin" / "scontrol").write_text(SCONTROL)
     (tmp_path / "bin" / "scontrol").chmod(0o755)
+    (tmp_path / "bin" / "logger").write_text(LOGGER)  # the system log, recorded (and this machine's left alone)
+    (tmp_path / "bin" / "logger").chmod(0o755)
     (tmp_path / "kern.log").write_text("2026-11-25T02:00:00+0000 gpu02 kernel: Linux version 6.1.0-31-amd64\n")
     result = Node(tmp_path)
     result.config()
@@ -392,8 +431,8 @@ def test_a_gpu_off_the_bus_drains_the_node_until_it_is_repaired(node: Node) -> N
     node.gpus("xid79")
     code, verdict = node.run()
     assert code == 1
-    assert node.slurm_node == {"state": "IDLE+DRAIN", "reason": "gpuinfra-health: xid 79 on GPU 1"}
-    assert verdict["reason"] == "gpuinfra-health: xid 79 on GPU 1"
+    assert node.slurm_node == {"state": "IDLE+DRAIN", "reason": "gpuinfra-health: xid 79 on GPU 1: reboot"}
+    assert verdict["reason"] == "gpuinfra-health: xid 79 on GPU 1: reboot"
     assert "node: nvidia-smi lists 1 GPU(s), the model expects 2" in verdict["problems"]
 
     # The GPU is back (a reseat), but XID 79 needs a reboot or an operator's word: the node stays drained.
@@ -446,11 +485,10 @@ def test_xids_cleared_while_a_check_runs_stay_cleared(node: Node) -> None:
 
 
 def test_a_transient_xid_fails_only_the_check_that_saw_it(node: Node) -> None:
-    with node.kern_log.open("a") as log:
-        log.write("2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=train.py, "
-                  "Graphics Exception: ESR 0x514648=0x1000a\n")  # fmt: skip
+    """An XID NVIDIA's catalog does not list is class `node`: it drains until a check passes."""
+    node.xid(200, 4242, "train.py", text="an XID of a driver newer than the catalog")
     code, _ = node.run()
-    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 13 on GPU 0"
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 200 on GPU 0"
     code, verdict = node.run()
     assert (code, verdict["action"]) == (0, "resumed")
 
@@ -461,21 +499,220 @@ def test_a_read_only_check_leaves_a_transient_xid_to_the_check_that_acts(node: N
     state = node.root / "state" / "s.json"
     node.run()
     before = state.read_bytes()
-    with node.kern_log.open("a") as log:
-        log.write("2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, x\n")
+    node.xid(200, 1, "a")
     code, verdict = node.run("--read-only")
     assert (code, verdict["action"], state.read_bytes()) == (1, "no action", before)
     assert node.slurm_node["reason"] == ""
     code, _ = node.run()
-    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 13 on GPU 0"
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 200 on GPU 0"
 
 
 def test_an_allowed_xid_never_drains(node: Node) -> None:
-    node.config(allowed_xids=[13])
-    with node.kern_log.open("a") as log:
-        log.write("2026-11-25T03:01:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, x\n")
+    node.config(allowed_xids=[200, 13], xid_repeat_jobs=2)
+    node.xid(200, 1, "a")
     code, verdict = node.run()
     assert (code, verdict["action"]) == (0, "nothing to do")
+    for pid in (2, 3):  # not even from several processes: allowed is never
+        node.xid(13, pid, "a")
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (0, "nothing to do")
+
+
+# --- XID classes: the application's faults, and when they are the GPU's after all ----------------------------------
+
+
+@pytest.fixture
+def processes() -> Iterator[Callable[[], int]]:
+    """Start a real process (`sleep`, so its name is `sleep`) and give its pid: a job's process, still running when
+    the check looks it up."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> int:
+        started.append(subprocess.Popen(["sleep", "300"]))
+        return started[-1].pid
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def test_an_application_xid_leaves_the_node_in_service_and_names_its_job(
+    node: Node, processes: Callable[[], int]
+) -> None:
+    """XID 13 (NVIDIA: RESTART_APP) from a job's process: no drain; the verdict and the system log name the process,
+    and the job and user `scontrol pidinfo` finds for it."""
+    pid = processes()
+    node.job(pid, "4711", "alice")
+    node.xid(13, pid)
+    code, verdict = node.run()
+    assert (code, verdict["healthy"], verdict["action"]) == (0, True, "nothing to do")
+    assert [c for c in node.calls("scontrol") if c[0] == "update"] == []
+    [report] = verdict["xid_reports"]
+    assert {k: report[k] for k in ("xid", "class", "gpu", "pid", "process", "job", "user")} == {
+        "xid": 13, "class": "application", "gpu": 0, "pid": pid, "process": "sleep", "job": "4711", "user": "alice"
+    }  # fmt: skip
+    line = f"XID 13 on GPU 0 (application fault, not drained): pid {pid} (sleep), job 4711, user alice"
+    assert node.logged() == [line]
+    assert node.calls("logger")[0][:5] == ["--tag", "gpuinfra-health", "--priority", "daemon.warning", "--"]
+
+
+def test_a_process_gone_or_replaced_is_reported_by_its_pid_and_name(node: Node, processes: Callable[[], int]) -> None:
+    """An application usually dies of its fault before the next check: its pid and name, as the driver logged them,
+    are all there is. A pid now held by another program is not looked up: it is someone else's."""
+    reused = processes()  # `sleep`, where the XID names train.py
+    node.job(reused, "4711", "alice")
+    node.xid(31, reused, "train.py", text="MMU Fault")
+    done = node.start()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        f"gpuinfra-health: XID 31 on GPU 0 (application fault, not drained): pid {reused} (train.py)"
+    ]
+    assert [c[0] for c in node.calls("scontrol")] == ["show"]  # the node's state only: no pidinfo
+
+
+def test_a_process_name_is_data(node: Node) -> None:
+    """What a job names its process reaches the report escaped, never read as anything."""
+    node.xid(13, 99999999, "{{ lookup('pipe' 'id') }}$(id)\x1b[2J")
+    code, verdict = node.run()
+    assert code == 0
+    assert verdict["xid_reports"][0]["process"] == "{{ lookup('pipe' 'id') }}$(id)\x1b[2J"
+    assert node.logged() == [
+        "XID 13 on GPU 0 (application fault, not drained): pid 99999999 "
+        + ascii("{{ lookup('pipe' 'id') }}$(id)\x1b[2J").join("()")
+    ]
+
+
+def test_application_xids_from_several_jobs_make_it_the_gpus_fault(node: Node, processes: Callable[[], int]) -> None:
+    """3 different jobs' XID 13 on GPU 0 within the hour: the GPU's fault. The node is drained with a reason that says
+    why, and stays drained (the GPU is the suspect now) until an operator clears it."""
+    pids = [processes() for _ in range(3)]
+    for number, pid in enumerate(pids):
+        node.job(pid, f"{100 + number}", "alice")
+    node.xid(13, pids[0])
+    node.xid(13, pids[0])  # the same job twice counts once
+    node.xid(13, pids[1], bus="2a")  # another GPU's
+    code, _ = node.run()
+    assert code == 0
+    node.xid(13, pids[1])
+    code, _ = node.run()
+    assert code == 0 and node.slurm_node["state"] == "IDLE"
+    node.xid(13, pids[2])
+    code, verdict = node.run()
+    reason = "gpuinfra-health: XID 13 from 3 different jobs on GPU 0 within 1h: treated as a GPU fault"
+    assert code == 1 and (node.slurm_node["state"], node.slurm_node["reason"]) == ("IDLE+DRAIN", reason)
+    assert (
+        "GPU 0 (00000000:18:00.0): XID 13 from 3 different jobs within 1h: treated as a GPU fault"
+        in verdict["problems"]
+    )
+    assert node.logged()[-1] == (
+        "XID 13 from 3 different jobs on GPU 0 within 1h: treated as a GPU fault (job 100, job 101, job 102)"
+    )
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (1, "left drained")
+    code, verdict = node.run("--clear-xids")
+    assert (code, verdict["action"]) == (0, "resumed")
+
+
+def test_without_jobs_different_processes_count(node: Node) -> None:
+    """On a node whose processes are gone (or with no Slurm to ask), the pids the driver logged tell the faults
+    apart. XIDs without a process cannot be told apart, and are not counted."""
+    node.config(xid_repeat_jobs=2)
+    node.xid(31, None)
+    node.xid(31, None)
+    node.xid(43, 71, "b")  # ignore-class (NVIDIA: IGNORE): reported, never counted
+    node.xid(31, 70, "a")
+    code, verdict = node.run()
+    assert code == 0 and [r["class"] for r in verdict["xid_reports"]] == [
+        "application", "application", "ignore", "application"
+    ]  # fmt: skip
+    node.xid(13, 72, "c")
+    code, verdict = node.run()
+    assert code == 1
+    assert node.slurm_node["reason"] == (
+        "gpuinfra-health: XIDs 13, 31 from 2 different processes on GPU 0 within 1h: treated as a GPU fault"
+    )
+
+
+def test_application_faults_older_than_the_window_are_forgotten(node: Node) -> None:
+    node.config(xid_repeat_jobs=2, xid_repeat_window=600)
+    node.xid(13, 70, "a")
+    assert node.run()[0] == 0
+    state_file = node.root / "state" / "s.json"
+    state = json.loads(state_file.read_text())
+    [fault] = state["app_faults"]
+    assert (fault["xid"], fault["pci"], fault["pid"]) == (13, "0000:18:00", 70)
+    fault["time"] -= 601  # as if the first fault were 10 minutes and a second old
+    state_file.write_text(json.dumps(state))
+    node.xid(13, 71, "b")
+    code, _ = node.run()
+    assert code == 0 and node.slurm_node["state"] == "IDLE"
+    assert [f["pid"] for f in json.loads(state_file.read_text())["app_faults"]] == [71]  # the state stays small
+    node.xid(13, 72, "c")
+    assert node.run()[0] == 1
+
+
+def test_an_application_xid_never_names_a_drain_it_did_not_cause(node: Node) -> None:
+    node.xid(13, 70, "a")
+    node.gpus("gpu-missing")
+    code, _ = node.run()
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: 1 of 2 GPUs visible"
+
+
+@pytest.mark.parametrize(
+    ("xid", "reason"),
+    [
+        (79, "gpuinfra-health: xid 79 on GPU 0: reboot"),
+        (119, "gpuinfra-health: xid 119 on GPU 0: reset the GPU"),
+        (54, "gpuinfra-health: xid 54 on GPU 0: hardware fault: repair or replace the GPU"),
+    ],
+)
+def test_each_class_drains_with_what_it_needs(node: Node, xid: int, reason: str) -> None:
+    node.xid(xid, None, text="x")
+    code, _ = node.run()
+    assert code == 1 and node.slurm_node["reason"] == reason
+
+
+def test_hardware_stays_through_a_reboot_reset_and_reboot_do_not(node: Node) -> None:
+    node.xid(48, None, bus="2a", text="DBE")  # reset
+    node.xid(54, None, text="power brake")  # hardware (NVIDIA: CHECK_MECHANICALS)
+    assert node.run()[0] == 1
+    state_file = node.root / "state" / "s.json"
+    state = json.loads(state_file.read_text())
+    state["boot_id"] = "the boot before"
+    state_file.write_text(json.dumps(state))
+    node.kern_log.write_text("2026-11-25T04:00:00+0000 gpu02 kernel: Linux version 6.1.0-31-amd64\n")  # this boot's
+    code, verdict = node.run()
+    assert code == 1
+    assert [p.split(" in the kernel log")[0] for p in verdict["problems"]] == [
+        "GPU 0 (00000000:18:00.0): XID 54 (hardware fault: repair or replace the GPU)"
+    ]
+    assert node.run("--clear-xids")[0] == 0
+
+
+def test_the_sites_classes_override_the_catalog(node: Node) -> None:
+    node.config(xid_classes={"13": "node", "79": "ignore"})
+    node.xid(79, None, bus="2a", text="GPU has fallen off the bus.")
+    node.xid(13, 70, "a")
+    code, verdict = node.run()
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 13 on GPU 0"
+    assert [(r["xid"], r["class"]) for r in verdict["xid_reports"]] == [(79, "ignore")]
+
+
+@pytest.mark.parametrize(
+    ("classes", "message"),
+    [
+        (
+            {"13": "nodes"},
+            "policy.xid_classes[13]: 'nodes' is not a class (application, ignore, node, reset, reboot, hardware)",
+        ),
+        ({"0x0d": "node"}, "policy.xid_classes: '0x0d' is not an XID number (1 to 999)"),
+    ],
+)
+def test_a_wrong_xid_class_in_the_settings_exits_2(node: Node, classes: dict[str, str], message: str) -> None:
+    node.config(xid_classes=classes)
+    done = node.start()
+    assert (done.returncode, done.stderr.strip()) == (2, f"gpuinfra-health: {message}")
 
 
 @pytest.mark.parametrize(
@@ -694,7 +931,7 @@ def test_the_kernel_log_is_read_from_where_the_last_check_stopped(node: Node) ->
     node.kern_log.rename(node.kern_log.with_suffix(".log.1"))
     node.kern_log.write_text("2026-11-25T04:00:00+0000 gpu02 kernel: NVRM: Xid (PCI:0000:2a:00): 48, pid=1, name=a\n")
     code, _ = node.run()
-    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 48 on GPU 1"
+    assert code == 1 and node.slurm_node["reason"] == "gpuinfra-health: xid 48 on GPU 1: reset the GPU"
 
 
 def test_a_broken_configuration_exits_2_without_a_traceback(node: Node) -> None:

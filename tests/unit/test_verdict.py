@@ -117,6 +117,7 @@ def test_verdict_shape() -> None:
         "gpus",
         "node_problems",
         "problems",
+        "xid_reports",
     }
     gpu = result["gpus"][3]
     assert set(gpu) == {

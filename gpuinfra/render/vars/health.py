@@ -45,6 +45,10 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_max_temperature_c": health.max_temperature_c,
         "gpu_health_max_uncorrectable_ecc": health.max_uncorrectable_ecc,
         "gpu_health_allowed_xids": sorted(set(health.allowed_xids)),
+        # JSON's keys are strings: the module and the program read them back as XID numbers.
+        "gpu_health_xid_classes": {str(xid): kind for xid, kind in sorted(health.xid_classes.items())},
+        "gpu_health_xid_repeat_jobs": health.xid_repetition.jobs,
+        "gpu_health_xid_repeat_window": duration_seconds(health.xid_repetition.window),
         "gpu_health_require_persistence": health.require_persistence,
         "gpu_health_check_pcie_link": health.check_pcie_link,
         "gpu_health_driver_version": driver_pin(rc),

@@ -8,9 +8,13 @@ the gpu_health Ansible module (node_probe and nvidia_smi, installed beside it), 
 - healthy: resumes the node, or removes the taint, only when the drain or taint is its own (the reason carries the
   prefix). A node an admin or an upgrade drained stays drained.
 
-XIDs count from the last check on (a journal cursor, or a file offset, kept in the state file). One that needs a
-GPU reset or a reboot (STICKY_XIDS) keeps the node unhealthy until the node reboots or an operator who repaired
-it runs `gpuinfra-health --clear-xids`; any other XID that the policy does not allow fails the check that saw it.
+XIDs count from the last check on (a journal cursor, or a file offset, kept in the state file), each judged by its
+class (NVIDIA's XID catalog, xid_catalog.py, with the site's overrides). An application's fault (class
+`application`) or one with nothing to do (`ignore`) never fails the node: it is reported, with the process, and the
+Slurm job and user where `scontrol pidinfo` can still tell them. Application faults on one GPU from several jobs
+within a window are the GPU's fault, and fail the node as `reset` does. One that needs a GPU reset or a reboot keeps
+the node unhealthy until the node reboots or an operator who repaired it runs `gpuinfra-health --clear-xids`
+(`hardware` until the operator does, reboots or not); a `node` XID fails the check that saw it.
 
 Exit codes: 0 healthy (or nothing to check), 1 unhealthy, 2 it could not run (bad configuration, state).
 """
@@ -23,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import pwd
 import re
 import shutil
 import ssl
@@ -43,9 +48,6 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 REASON_PREFIX = "gpuinfra-health:"
 TAINT_KEY = "gpuinfra.io/gpu-unhealthy"
 REASON_ANNOTATION = "gpuinfra.io/gpu-unhealthy-reason"
-# XIDs after which the GPU needs a reset or the node a reboot (NVIDIA's XID catalog): ECC double-bit and
-# uncontained errors, row remapping, NVLink, fallen off the bus, GSP and recovery-action errors.
-STICKY_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 94, 95, 119, 120, 140, 154})
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # Slurm's drain flags, and the states in which a node is out of service by someone else's hand (an admin's DOWN or
 # FAIL, a maintenance reservation, a reboot in progress): the program never changes those.
@@ -64,7 +66,25 @@ from gpuinfra_node.node_probe import (  # noqa: E402
     read_log_file,
 )
 from gpuinfra_node.smi_report import pci_key  # noqa: E402
-from gpuinfra_node.verdict import Policy  # noqa: E402
+from gpuinfra_node.verdict import (  # noqa: E402
+    CLASS_ACTION,
+    Policy,
+    RepeatedFault,
+    repeated_faults,
+    xid_class,
+)
+from gpuinfra_node.xid_catalog import (  # noqa: E402
+    APPLICATION,
+    CLASSES,
+    DRAINING,
+    HARDWARE,
+    LASTING,
+    NODE,
+    REBOOT,
+    RESET,
+    THROUGH_REBOOTS,
+    XID_MAX,
+)
 from gpuinfra_node.xid_log import XidEvent, parse_xid_log  # noqa: E402
 
 
@@ -165,17 +185,29 @@ def read_kernel_log(config: dict[str, Any], cursor: str) -> KernelLog:
     return read_log_file(source, cursor)
 
 
-def xid_label(event: dict[str, Any], gpu_index: dict[str, int]) -> str:
-    """`xid 79 on GPU 1`: by the index nvidia-smi gave the GPU at this or an earlier check, since a GPU that fell
-    off the bus is no longer listed; else by its PCI address."""
-    index = gpu_index.get(event["pci"])
-    return f"xid {event['xid']} on GPU {index}" if index is not None else f"xid {event['xid']} on PCI {event['pci']}"
+# The class of a GPU the repetition rule made faulty, among the XIDs' classes.
+REPEATED = "repeated"
+# Which failing XID names the drain, the most telling first.
+RANK = (HARDWARE, REBOOT, RESET, REPEATED, NODE)
+
+
+def xid_label(failing: dict[str, Any], gpu_index: dict[str, int]) -> str:
+    """`xid 79 on GPU 1: reboot`, `XID 13 from 3 different jobs on GPU 1 within 1h: treated as a GPU fault`: by the
+    index nvidia-smi gave the GPU at this or an earlier check, since a GPU that fell off the bus is no longer
+    listed; else by its PCI address."""
+    index = gpu_index.get(failing["pci"])
+    where = f" on GPU {index}" if index is not None else f" on PCI {failing['pci']}"
+    if failing["class"] == REPEATED:
+        text: str = repeated_of(failing).text(where)
+        return text
+    action = CLASS_ACTION.get(failing["class"])
+    return f"xid {failing['xid']}{where}" + (f": {action}" if action else "")
 
 
 def drain_reason(verdict: dict[str, Any], xids: Sequence[dict[str, Any]], gpu_index: dict[str, int]) -> str:
     """The reason a scheduler shows: the prefix and the most telling problem, XIDs first."""
     if xids:
-        what = xid_label(xids[0], gpu_index)
+        what = xid_label(min(xids, key=lambda x: RANK.index(x["class"])), gpu_index)
     elif verdict["gpus"] and verdict.get("expected_count") and verdict["gpu_count"] != verdict["expected_count"]:
         what = f"{verdict['gpu_count']} of {verdict['expected_count']} GPUs visible"
     else:
@@ -392,6 +424,19 @@ def kubernetes_act(config: dict[str, Any], name: str, healthy: bool, reason: str
 # --- the check --------------------------------------------------------------------------------------------------
 
 
+def xid_classes_of(policy: dict[str, Any]) -> dict[int, str]:
+    """The site's XID classes, keys as JSON writes them ("43"); a wrong one is the settings' error, not a guess."""
+    out: dict[int, str] = {}
+    for key, value in (policy.get("xid_classes") or {}).items():
+        text = str(key).strip()
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= XID_MAX):
+            raise Failure(f"policy.xid_classes: {key!r} is not an XID number (1 to {XID_MAX})")
+        if value not in CLASSES:
+            raise Failure(f"policy.xid_classes[{text}]: {value!r} is not a class ({', '.join(CLASSES)})")
+        out[int(text)] = value
+    return out
+
+
 def policy_of(config: dict[str, Any]) -> Policy:
     policy = config.get("policy", {})
     return Policy(
@@ -403,6 +448,7 @@ def policy_of(config: dict[str, Any]) -> Policy:
         max_temperature_c=int(policy.get("max_temperature_c", 85)),
         max_uncorrectable_ecc=int(policy.get("max_uncorrectable_ecc", 0)),
         allowed_xids=tuple(policy.get("allowed_xids", ())),
+        xid_classes=xid_classes_of(policy),
         require_persistence=bool(policy.get("require_persistence", True)),
         check_pcie_link=bool(policy.get("check_pcie_link", True)),
         mig_layouts={str(k): str(v) for k, v in (policy.get("mig_layouts") or {}).items()},
@@ -410,17 +456,113 @@ def policy_of(config: dict[str, Any]) -> Policy:
     )
 
 
-def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """Judge the node. Returns the verdict, the new state and the XIDs that failed it."""
+# Application faults the repetition rule counts by default: from 3 different jobs on one GPU within an hour.
+REPEAT_JOBS = 3
+REPEAT_WINDOW = 3600
+# Seconds all job lookups of one check may take together: slurmd kills the program at 60 s.
+LOOKUP_BUDGET = 5
+TASK_COMM_LEN = 15
+
+
+def repeated_of(entry: dict[str, Any]) -> RepeatedFault:
+    return RepeatedFault(pci=entry["pci"], xids=list(entry["xids"]), sources=list(entry["sources"]),
+                         window=int(entry["window"]))  # fmt: skip
+
+
+def _proc(pid: int, name: str) -> str | None:
+    """/proc/PID/NAME, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/{name}", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def still_running(event: XidEvent) -> bool:
+    """The process that logged the XID runs still, as the same program: a pid reused since is someone else's."""
+    if event.pid is None:
+        return False
+    comm = _proc(event.pid, "comm")
+    if comm is None:
+        return False
+    return not event.process or event.process[:TASK_COMM_LEN] == comm.rstrip("\n")[:TASK_COMM_LEN]
+
+
+def user_of_process(pid: int) -> str:
+    """The user a running process runs as (its real uid), by name where the system knows it."""
+    status = _proc(pid, "status") or ""
+    match = re.search(r"^Uid:\s+([0-9]+)", status, re.M)
+    if not match:
+        return ""
+    try:
+        return pwd.getpwuid(int(match.group(1))).pw_name
+    except KeyError:
+        return match.group(1)
+
+
+def identify(events: Sequence[XidEvent], config: dict[str, Any]) -> None:
+    """Fill in the Slurm job and the user of each XID's process while it still runs: `scontrol pidinfo` asks slurmd
+    which job a process of this node belongs to. A process already gone (an application usually dies of its fault
+    before the next check) keeps only its pid and name, which the driver logged."""
+    slurm = config.get("scheduler") == "slurm" and shutil.which("scontrol")
+    deadline = time.monotonic() + LOOKUP_BUDGET
+    known: dict[int, tuple[str, str]] = {}
+    for event in events:
+        if event.pid is None or not still_running(event):
+            continue
+        if event.pid not in known:
+            job, user = "", ""
+            left = deadline - time.monotonic()
+            if slurm and left > 0:
+                rc, out, _ = run(["scontrol", "pidinfo", str(event.pid)], timeout=left)
+                found = re.search(r"Slurm job id ([0-9]+)", out) if rc == 0 else None
+                job = found.group(1) if found else ""
+            left = deadline - time.monotonic()
+            if job and left > 0:
+                rc, out, _ = run(["scontrol", "show", "job", job, "--oneliner"], timeout=left)
+                found = re.search(r"(?:^|\s)UserId=([^\s(]+)", out) if rc == 0 else None
+                user = found.group(1) if found else ""
+            known[event.pid] = (job, user or user_of_process(event.pid))
+        event.job, event.user = known[event.pid]
+
+
+def check(
+    config: dict[str, Any], state: dict[str, Any], now: float | None = None
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Judge the node. Returns the verdict, the new state and the XIDs (and repeated faults) that failed it, each
+    with its class."""
+    now = time.time() if now is None else now
     policy = policy_of(config)
+    settings = config.get("policy", {})
+    repeat_jobs = int(settings.get("xid_repeat_jobs", REPEAT_JOBS))
+    window = int(settings.get("xid_repeat_window", REPEAT_WINDOW))
     boot = boot_id()
     same_boot = state.get("boot_id") == boot
     log = read_kernel_log(config, state.get("cursor", "") if same_boot else "")
     events: list[XidEvent] = parse_xid_log(log.text) if log.text is not None else []
-    new = [e.__dict__ for e in events if e.xid not in policy.allowed_xids]
-    sticky = [e for e in (state.get("sticky", []) if same_boot else []) if e["xid"] not in policy.allowed_xids]
-    sticky += [e for e in new if e["xid"] in STICKY_XIDS and e not in sticky]
-    failing = sticky + [e for e in new if e["xid"] not in STICKY_XIDS]
+    classed = [(e, xid_class(e, policy)) for e in events]
+    identify([e for e, kind in classed if kind not in DRAINING], config)
+
+    def lasts(entry: dict[str, Any]) -> bool:  # under today's policy: an override may have made it harmless
+        kind = xid_class(XidEvent(**entry), policy)
+        return kind in THROUGH_REBOOTS or (same_boot and kind in LASTING)
+
+    sticky = [e for e in state.get("sticky", []) if lasts(e)]
+    sticky += [e.__dict__ for e, kind in classed if kind in LASTING and e.__dict__ not in sticky]
+    transient = [e for e, kind in classed if kind not in LASTING]
+
+    # The repetition rule: application faults kept for the window (across reboots: a bad GPU stays bad).
+    faults = [f for f in state.get("app_faults", []) if now - window <= float(f.get("time", 0)) <= now]
+    for event, kind in classed:
+        if kind == APPLICATION:
+            faults.append({"xid": event.xid, "pci": event.pci, "time": now, "pid": event.pid,
+                           "job": event.job})  # fmt: skip
+    repeated = [r for r in state.get("repeated", []) if same_boot]
+    escalated = repeated_faults(faults, now, window, repeat_jobs)
+    for fault in escalated:
+        repeated.append(fault.__dict__)
+        faults = [f for f in faults if f["pci"] != fault.pci]  # counted once: the GPU stays failed until cleared
+
     dkms_verdict = dict(state.get("dkms_verdict", {}))
     options = ProbeOptions(
         nvidia_smi=config.get("nvidia_smi", "nvidia-smi"),
@@ -432,24 +574,68 @@ def check(config: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any]
         dkms_verdict=dkms_verdict,
         package_lock_limit=max(0, int(config.get("package_lock_limit", PACKAGE_LOCK_LIMIT))),
     )
-    verdict = inspect(run, shutil.which, policy, options, [XidEvent(**e) for e in failing])
+    judged = [XidEvent(**e) for e in sticky] + transient
+    verdict = inspect(run, shutil.which, policy, options, judged, [repeated_of(r) for r in repeated])
     if log.text is None:
         verdict["node_problems"].append(f"cannot read the kernel log, XIDs are unchecked ({log.source})")
         verdict["problems"].append(f"node: cannot read the kernel log, XIDs are unchecked ({log.source})")
         verdict["healthy"] = False
     verdict["kernel_log_source"] = log.source
     verdict["dkms_deferred"] = dkms_verdict.get("deferred", "")
+    verdict["xid_repeated"] = [{**r, "new": r in [f.__dict__ for f in escalated]} for r in repeated]
     gpu_index = dict(state.get("gpu_index", {}) if same_boot else {})
     gpu_index.update({pci_key(g["pci_bus_id"]) or "": g["index"] for g in verdict["gpus"]})
     new_state = {
         "boot_id": boot,
         "cursor": log.cursor or state.get("cursor", ""),
         "sticky": sticky,
+        "app_faults": faults,
+        "repeated": repeated,
         "gpu_index": gpu_index,
         "module_cache": options.module_cache,
         "dkms_verdict": dkms_verdict,
     }
+    failing = [{**e.__dict__, "class": xid_class(e, policy)} for e in judged]
+    failing = [e for e in failing if e["class"] in DRAINING]
+    failing += [{**r, "class": REPEATED} for r in repeated]
     return verdict, new_state, failing
+
+
+def report_lines(verdict: dict[str, Any], gpu_index: dict[str, int]) -> list[str]:
+    """One line per XID reported rather than judged, and per GPU the repetition rule failed at this check. What the
+    host logged (the process name, the message) is data: printed escaped where it holds what a terminal or a log
+    reader would act on."""
+    lines = []
+    for item in verdict.get("xid_reports", []):
+        index = gpu_index.get(item["pci"])
+        where = f"GPU {index}" if index is not None else f"PCI {item['pci']}"
+        who = [f"pid {item['pid']}" if item["pid"] else "no process named"]
+        if item["process"]:
+            who[0] += f" ({_shown(item['process'])})"
+        who += [f"job {item['job']}"] if item["job"] else []
+        who += [f"user {_shown(item['user'])}"] if item["user"] else []
+        kind = "application fault" if item["class"] == APPLICATION else "reported only"
+        lines.append(f"XID {item['xid']} on {where} ({kind}, not drained): {', '.join(who)}")
+    for entry in verdict.get("xid_repeated", []):
+        if entry.get("new"):
+            index = gpu_index.get(entry["pci"])
+            where = f" on GPU {index}" if index is not None else f" on PCI {entry['pci']}"
+            lines.append(f"{repeated_of(entry).text(where)} ({', '.join(entry['sources'])})")
+    return lines
+
+
+def _shown(text: str) -> str:
+    return text if text.isprintable() else ascii(text)
+
+
+def log_lines(lines: Sequence[str]) -> None:
+    """To the system log (the journal), where an operator looks for what happened on a node: through logger, each
+    line one argument, so that nothing in it is read as an option or a format."""
+    logger = shutil.which("logger")
+    if not logger:
+        return
+    for line in lines:
+        run([logger, "--tag", "gpuinfra-health", "--priority", "daemon.warning", "--", line], timeout=5)
 
 
 def add_system_path() -> None:
@@ -481,7 +667,7 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     config = load_json(args.config)
     state = load_json(args.state, default={})
     if args.clear_xids:
-        state["sticky"] = []
+        state.update(sticky=[], repeated=[], app_faults=[])
         save_json(args.state, state)
     if not config.get("gpus"):
         verdict: dict[str, Any] = {"healthy": True, "problems": [], "note": "no GPUs on this node"}
@@ -496,6 +682,9 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         if not args.read_only:
             save_json(args.state, state)
     reason = drain_reason(verdict, failing, state.get("gpu_index", {})) if not verdict["healthy"] else ""
+    verdict["reports"] = report_lines(verdict, state.get("gpu_index", {}))
+    if not (args.no_action or args.read_only):
+        log_lines(verdict["reports"])
     scheduler = "none" if args.no_action or args.read_only else config.get("scheduler", "none")
     name = config.get("node_name") or os.uname().nodename
     if scheduler == "slurm":
@@ -520,7 +709,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--read-only", action="store_true", help="only report, and keep no state: the next check sees the same XIDs"
     )
-    parser.add_argument("--clear-xids", action="store_true", help="forget sticky XIDs (after the GPU was repaired)")
+    parser.add_argument(
+        "--clear-xids",
+        action="store_true",
+        help="forget the XIDs that keep the node drained, and the application faults counted (after a repair)",
+    )
     parser.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
     args = parser.parse_args(argv)
     add_system_path()
@@ -536,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         status = "healthy" if verdict["healthy"] else "unhealthy"
         print(f"gpuinfra-health: {status}; {action}" + "".join(f"\n  {p}" for p in verdict["problems"]))
+        print("".join(f"gpuinfra-health: {line}\n" for line in verdict.get("reports", [])), end="")
     return 0 if verdict["healthy"] else 1
 
 
