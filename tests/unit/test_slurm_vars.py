@@ -15,6 +15,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from gpuinfra.model import Cluster
+from gpuinfra.render.artifacts import Artifact
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.plan import render
 from gpuinfra.render.vars import CONCERNS, slurm
@@ -26,6 +27,7 @@ GOLDEN = ROOT / "tests" / "unit" / "golden" / "slurm"
 SCENARIO = ROOT / "molecule" / "slurm" / "vars"
 MODEL = ROOT / "molecule" / "slurm" / "model" / "cluster.yml"
 SMALL = ROOT / "inventories" / "slurm-small" / "cluster.yml"
+SANDBOX = ROOT / "inventories" / "sandbox" / "cluster.yml"
 UPDATE = os.environ.get("GPUINFRA_UPDATE_GOLDEN") == "1"
 
 
@@ -59,9 +61,17 @@ def test_concern_is_registered() -> None:
     assert "slurm" in CONCERNS
 
 
-@pytest.mark.parametrize("artifact", [a.path for a in slurm.ARTIFACTS])
-def test_artifacts_match_golden(artifact: str) -> None:
-    check_golden(GOLDEN / "slurm-small" / Path(artifact).name, rendered(SMALL)[artifact])
+@pytest.mark.parametrize("artifact", slurm.ARTIFACTS, ids=lambda a: a.path)
+def test_artifacts_match_golden(artifact: Artifact) -> None:
+    # enroot's files on the sandbox, whose Slurm runs jobs in containers; the rest on slurm-small.
+    example = SANDBOX if artifact.host_role == slurm.CONTAINERS_GROUP else SMALL
+    check_golden(GOLDEN / example.parent.name / Path(artifact.path).name, rendered(example)[artifact.path])
+
+
+def test_plan_gives_a_host_its_node_groups_settings() -> None:
+    """slurmd's options name the node as slurm.conf defines it, a setting of the node group (node_group_vars)."""
+    options = rendered(SMALL)["slurm-compute/default/slurmd"]
+    assert '"real_memory": 1000000, "gres": ["gpu:a100:8"]}' in options
 
 
 def test_slurm_conf_holds_the_model() -> None:
@@ -189,11 +199,21 @@ def test_scenario_two_node_vars_are_what_the_model_renders() -> None:
     assert _scenario_vars("two_nodes.yml") == _home_relative_sources(rendered_vars)
 
 
-def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
+def one_node_model() -> Cluster:
+    """The scenario's model before side_effect.yml adds slurm-gpu02: without the A100 node group."""
     model = load_cluster(MODEL).model
-    groups = dict(model.node_groups)
-    groups["gpu"] = groups["gpu"].model_copy(update={"hosts": "slurm-gpu01"})
-    rendered_vars = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))
+    assert model.slurm is not None
+    groups = {name: group for name, group in model.node_groups.items() if name != "a100"}
+    partitions = {
+        name: partition.model_copy(update={"node_groups": [g for g in partition.node_groups if g != "a100"]})
+        for name, partition in model.slurm.partitions.items()
+    }
+    slurm_section = model.slurm.model_copy(update={"partitions": partitions})
+    return model.model_copy(update={"node_groups": groups, "slurm": slurm_section})
+
+
+def test_scenario_one_node_vars_are_the_model_without_the_second_node() -> None:
+    rendered_vars = slurm.group_vars(resolve(one_node_model()))
     assert _scenario_vars("one_node.yml") == _home_relative_sources(rendered_vars)
 
 
