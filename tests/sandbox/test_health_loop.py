@@ -117,7 +117,8 @@ def test_drain_unhealthy_takes_what_a_node_reports_as_data(interval: int, tmp_pa
     and nothing runs on the controller (this machine). Passing the reason to Ansible as a plain extra var again
     makes the lookups run: `id -un` fills the reason and the marker appears."""
     marker = tmp_path / "ran-on-the-controller"
-    name = f",{{{{ lookup('pipe', 'touch {marker}') }}}}{{{{ lookup('pipe', 'id -un') }}}}"
+    # The short lookup first: Slurm's reason is cut at 240 characters.
+    name = f",{{{{ lookup('pipe', 'id -un') }}}}{{{{ lookup('pipe', 'touch {marker}') }}}}"
     line = f"NVRM: Xid (PCI:0000:2a:00): 79, pid=4242, name={name}, GPU has fallen off the bus."
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     append = f"echo {shlex.quote(f'{stamp} gpu02 kernel: {line}')} >> {EMULATED_KERNEL_LOG}"

@@ -62,7 +62,10 @@ elif sys.argv[1] == "pidinfo":
     job = node.get("jobs", {}).get(sys.argv[2])
     if job is None:
         sys.exit("slurm_pid2jobid error: Process not found")
-    print(f"Slurm job id {job[0]} ends at Tue Nov 25 04:00:00 2026\nslurm_get_rem_time is 3599")
+    if int(job[0]) % 2:  # Slurm 22.05's wording (Debian 12) for odd job ids, 24.11's (Debian 13) for even ones
+        print(f"Slurm job id {job[0]} ends at Tue Nov 25 04:00:00 2026\nslurm_get_rem_time is 3599")
+    else:
+        print(f"Slurm JobId={job[0]} ends at Tue Nov 25 04:00:00 2026\nJob remaining time is 3599 seconds")
 elif sys.argv[1:3] == ["show", "job"]:
     users = {job: user for job, user in node.get("jobs", {}).values()}
     print(f"JobId={sys.argv[3]} JobName=train UserId={users[sys.argv[3]]}(1001) GroupId=users(100) Priority=1")

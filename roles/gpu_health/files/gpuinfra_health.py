@@ -500,6 +500,10 @@ def user_of_process(pid: int) -> str:
         return match.group(1)
 
 
+# `scontrol pidinfo PID`: Slurm 22.05 says "Slurm job id 8 ends at ...", 24.11 "Slurm JobId=8 ends at ...".
+PIDINFO_JOB = re.compile(r"Slurm (?:job id |JobId=)([0-9]+)")
+
+
 def identify(events: Sequence[XidEvent], config: dict[str, Any]) -> None:
     """Fill in the Slurm job and the user of each XID's process while it still runs: `scontrol pidinfo` asks slurmd
     which job a process of this node belongs to. A process already gone (an application usually dies of its fault
@@ -515,7 +519,7 @@ def identify(events: Sequence[XidEvent], config: dict[str, Any]) -> None:
             left = deadline - time.monotonic()
             if slurm and left > 0:
                 rc, out, _ = run(["scontrol", "pidinfo", str(event.pid)], timeout=left)
-                found = re.search(r"Slurm job id ([0-9]+)", out) if rc == 0 else None
+                found = PIDINFO_JOB.search(out) if rc == 0 else None
                 job = found.group(1) if found else ""
             left = deadline - time.monotonic()
             if job and left > 0:
