@@ -14,6 +14,8 @@ from .grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration
 # keep taking jobs.
 MIN_CHECK_INTERVAL = 10
 MAX_CHECK_INTERVAL = 86400
+# A week unknown is a node nobody looks at.
+MAX_UNKNOWN_LIMIT = 7 * 86400
 
 
 class HealthCheck(Model):
@@ -25,6 +27,10 @@ class HealthCheck(Model):
     on_job_start: bool = False
     """Slurm: also check each node in the job's prolog, so that a job never starts on a node that broke since the
     last check; the job goes back to the queue. Adds the check's run time (about a second) to every job start."""
+    unknown_limit: Duration = "30m"
+    """How long a node's health may stay unknown (a check could not look: its kernel log unreadable, a tool
+    missing, the package manager's lock held past its limit) before the node is drained with a reason that says so.
+    Until then an unknown verdict drains nothing: a log moved across the fleet must not empty it."""
 
     @field_validator("interval")
     @classmethod
@@ -32,6 +38,13 @@ class HealthCheck(Model):
         seconds = duration_seconds(value)
         if not MIN_CHECK_INTERVAL <= seconds <= MAX_CHECK_INTERVAL:
             raise ValueError(f"must be between 10s and 1d, not {value}")
+        return value
+
+    @field_validator("unknown_limit")
+    @classmethod
+    def _unknown_limit_in_range(cls, value: str) -> str:
+        if not MIN_CHECK_INTERVAL <= duration_seconds(value) <= MAX_UNKNOWN_LIMIT:
+            raise ValueError(f"must be between 10s and 7d, not {value}")
         return value
 
 

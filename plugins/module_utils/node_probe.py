@@ -234,8 +234,13 @@ def lock_holder(paths: Sequence[str]) -> str | None:
     return None
 
 
-def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
-    """Kernels checked, nvidia DKMS entries, and a problem for each kernel without the pinned module installed."""
+Judged = tuple[list[str], list[Any], list[str], list[str]]
+"""Kernels checked, nvidia DKMS entries, problems, and what could not be looked at (an unknown verdict's causes)."""
+
+
+def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> Judged:
+    """The kernels checked, the nvidia DKMS entries, a problem for each kernel without the pinned module installed,
+    and what could not be judged."""
     kept = options.dkms_verdict
     if kept is None:
         return _judge_dkms(run, which, pin, options)
@@ -255,39 +260,45 @@ def dkms_state(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple
                 f"DKMS not judged while the package manager runs ({holder}): the last judgement stands"
                 f" for up to {limit / 60:g} min"
             )
-            return list(kept.get("kernels", [])), [], list(kept["problems"])
+            return list(kept.get("kernels", [])), [], list(kept["problems"]), list(kept.get("unknown", []))
         else:
+            # Judged again, but a module missing while a package run has held its lock this long may still be
+            # building (or its dpkg hung): what the judgement finds wrong is unknown, not broken.
             kept["deferred"] = (
                 f"DKMS judged: the package manager has held its lock for {held // 60:.0f} min ({holder}),"
                 f" longer than the {limit / 60:g} min a deferral may last"
             )
-    kernels, entries, problems = _judge_dkms(run, which, pin, options)
-    kept.update(kernels=kernels, problems=problems)
-    return kernels, entries, problems
+            kernels, entries, problems, unknown = _judge_dkms(run, which, pin, options)
+            held_text = f"(the package manager has held its lock for {held // 60:.0f} min: {holder})"
+            return kernels, entries, [], [*unknown, *(f"{problem} {held_text}" for problem in problems)]
+    kernels, entries, problems, unknown = _judge_dkms(run, which, pin, options)
+    kept.update(kernels=kernels, problems=problems, unknown=unknown)
+    return kernels, entries, problems, unknown
 
 
-def _judge_dkms(run: Run, which: Which, pin: str, options: ProbeOptions) -> tuple[list[str], list[Any], list[str]]:
+def _judge_dkms(run: Run, which: Which, pin: str, options: ProbeOptions) -> Judged:
     kernels = kernels_to_check(options)
     dkms = which("dkms")
     if not kernels:
-        return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"]
+        return kernels, [], ["DKMS: found no installed kernel to check (no /boot/vmlinuz-*, no modules folder)"], []
     if not dkms:
-        return kernels, [], ["dkms is not installed, so no kernel can have the nvidia module built by DKMS"]
+        return kernels, [], [], ["dkms is not installed: the kernels' nvidia modules cannot be checked"]
     rc, out, err = run([dkms, "status"])
     if rc != 0:
-        return kernels, [], [f"dkms status failed (exit code {rc}): {first_line(err) or 'no message'}"]
+        return kernels, [], [], [f"dkms status failed (exit code {rc}): {first_line(err) or 'no message'}"]
     entries = parse_dkms_status(out)
     mine = [e for e in entries if e.module.startswith("nvidia")]
-    return kernels, mine, dkms_problems(entries, pin, kernels, options.dkms_module)
+    return kernels, mine, dkms_problems(entries, pin, kernels, options.dkms_module), []
 
 
-def service_problems(run: Run, which: Which, unit: str) -> list[str]:
+def service_state(run: Run, which: Which, unit: str) -> tuple[list[str], list[str]]:
+    """Problems and unknowns of a unit that must run."""
     systemctl = which("systemctl")
     if not systemctl:
-        return [f"systemctl is not installed, so {unit} cannot be checked"]
+        return [], [f"systemctl is not installed, so {unit} cannot be checked"]
     rc, out, _ = run([systemctl, "is-active", unit])
     state = out.strip() or "unknown"
-    return [] if rc == 0 else [f"{unit} is {state}: NVSwitch systems need it to run jobs"]
+    return ([] if rc == 0 else [f"{unit} is {state}: NVSwitch systems need it to run jobs"]), []
 
 
 def inspect(
@@ -297,10 +308,12 @@ def inspect(
     options: ProbeOptions,
     xid_events: Sequence[Any],
     repeated: Sequence[Any] = (),
+    unknown: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The node's verdict (verdict.assess) with what it was read from. `xid_events` come from the caller, which
     decides which part of the kernel log counts (since boot, or since its last check), and so do `repeated`, the
-    GPUs the repetition rule makes faulty (verdict.repeated_faults over the caller's history)."""
+    GPUs the repetition rule makes faulty (verdict.repeated_faults over the caller's history), and `unknown`, what
+    the caller could not look at (its kernel log)."""
     report, smi_rc, node_problems = read_smi(run, which, options)
     pin = policy.driver_version
     if options.module_cache is not None and (options.check_kernel_module or options.check_dkms):
@@ -308,17 +321,23 @@ def inspect(
         tools = [which("modinfo"), which("dkms")]
         run = remembered(run, options.module_cache, module_files_digest(read, tools, options))
     modinfo_version, loaded_version = None, None
-    if options.check_kernel_module:
+    unknown = list(unknown)
+    if options.check_kernel_module and pin and not which("modinfo"):
+        unknown.append("modinfo is not installed: the running kernel's nvidia module cannot be checked")
+    elif options.check_kernel_module:
         modinfo_version, loaded_version = module_versions(run, which)
         node_problems.extend(kernel_module_problems(pin, modinfo_version, loaded_version))
     kernels: list[str] = []
     dkms_entries: list[Any] = []
     if options.check_dkms and pin:
-        kernels, dkms_entries, problems = dkms_state(run, which, pin, options)
+        kernels, dkms_entries, problems, blind = dkms_state(run, which, pin, options)
         node_problems.extend(problems)
+        unknown.extend(blind)
     if policy.fabric_manager:
-        node_problems.extend(service_problems(run, which, options.fabric_manager_unit))
-    verdict = assess(report, policy, xid_events, node_problems, repeated)
+        problems, blind = service_state(run, which, options.fabric_manager_unit)
+        node_problems.extend(problems)
+        unknown.extend(blind)
+    verdict = assess(report, policy, xid_events, node_problems, repeated, unknown)
     return {
         **verdict,
         "nvidia_smi_rc": smi_rc,

@@ -22,6 +22,10 @@ from .xid_log import XidEvent
 # The process an XID names comes first in its message ("pid=..., name=..., "); the cause follows.
 _XID_PROCESS = re.compile(r"^pid=[^,]*,\s*(?:name=[^,]*,\s*)?")
 
+# A node check's three answers. `unknown`: a check could not look, so nothing is known to be wrong, nor right.
+HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
+VERDICTS = (HEALTHY, UNHEALTHY, UNKNOWN)
+
 # Clock event (throttle) reasons that mean the GPU is being slowed by heat or by the board, not by choice: idle,
 # application clocks, sync boost, display clocks and the software power cap are normal operation.
 BAD_CLOCK_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -287,12 +291,15 @@ def assess(
     xid_events: Sequence[XidEvent] = (),
     node_problems: Sequence[str] = (),
     repeated: Sequence[RepeatedFault] = (),
+    unknown: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The verdict for a node: its GPUs with their problems, node problems, and a flat list of both, and the XIDs
     that are reported rather than judged (`xid_reports`).
 
     `report` is None when nvidia-smi gave none; the caller passes the reason as a node problem. `repeated` are the
-    GPUs the repetition rule (kept by the caller, which sees the checks over time) makes faulty.
+    GPUs the repetition rule (kept by the caller, which sees the checks over time) makes faulty. `unknown` are the
+    checks that could not look (a log it cannot read, a tool that failed to start): with no problem found, the
+    verdict is `unknown`, neither healthy nor unhealthy (VERDICTS).
     """
     node = list(node_problems)
     gpus: list[dict[str, Any]] = []
@@ -336,8 +343,11 @@ def assess(
         gpus.append(gpu_summary(gpu, policy, xids, problems))
         flat.extend(f"{gpu.label}: {p}" for p in problems)
     flat.extend(f"node: {p}" for p in node)
+    verdict = UNHEALTHY if flat else UNKNOWN if unknown else HEALTHY
     return {
-        "healthy": not flat,
+        "verdict": verdict,
+        "healthy": verdict == HEALTHY,
+        "unknown": list(unknown),
         "gpu_count": len(listed),
         "expected_count": policy.expected_count,
         "driver_version": report.driver_version if report is not None else None,
@@ -351,5 +361,7 @@ def assess(
 
 def failure_message(verdict: Mapping[str, Any]) -> str:
     problems = list(verdict.get("problems") or [])
+    if not problems and verdict.get("unknown"):
+        return f"GPU node health unknown: a check could not look: {'; '.join(verdict['unknown'])}"
     count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
     return f"GPU node unhealthy ({count}): {'; '.join(problems)}"

@@ -166,9 +166,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 healthy:
-  description: Whether the node has no problem at all.
+  description: Whether the node has no problem at all, and every check could look (RV(verdict) is C(healthy)).
   returned: always
   type: bool
+verdict:
+  description: C(healthy), C(unhealthy) (a problem found) or C(unknown) (none found, but a check could not look).
+  returned: always
+  type: str
+unknown:
+  description: What could not be looked at (a kernel log it cannot read, a tool missing or failing, the package
+    manager's lock held past its limit).
+  returned: always
+  type: list
+  elements: str
 problems:
   description: Every problem, each prefixed with its GPU (C(GPU 3 (00000000:5D:00.0))) or with C(node).
   returned: always
@@ -326,16 +336,18 @@ def program_verdict(module: AnsibleModule, program: str) -> dict[str, Any]:
     still sees every XID), in this module's result shape. Only its structure is taken: its texts stay data."""
     rc, out, err = module.run_command([program, "--read-only", "--json"], check_rc=False)
     try:
-        parsed = json.loads(out) if rc in (0, 1) else None
+        parsed = json.loads(out) if rc in (0, 1, 3) else None  # healthy, unhealthy, unknown
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
         module.fail_json(msg=f"the node health program could not judge the node (exit code {rc}): {err or out}")
     verdict: dict[str, Any] = parsed if isinstance(parsed, dict) else {}  # fail_json has exited otherwise
-    problems = verdict.get("problems")
+    problems, unknown = verdict.get("problems"), verdict.get("unknown")
     return {
         "healthy": verdict.get("healthy") is True,
+        "verdict": str(verdict.get("verdict") or ("healthy" if verdict.get("healthy") is True else "unhealthy")),
         "problems": [str(p) for p in problems] if isinstance(problems, list) else [],
+        "unknown": [str(u) for u in unknown] if isinstance(unknown, list) else [],
         "node_problems": [str(p) for p in verdict.get("node_problems") or []],
         "gpus": verdict.get("gpus") if isinstance(verdict.get("gpus"), list) else [],
         "gpu_count": len(verdict.get("gpus") or []),
@@ -394,20 +406,17 @@ def main() -> None:
     run = runner(module)
     xid_events = []
     kernel_log_source = "not checked"
-    log_problems = []
+    blind = []
     if p["check_xid"]:
         log = read_kernel_log(module)
         kernel_log_source = log.source
         if log.text is None:
-            log_problems.append(f"cannot read the kernel log, XIDs are unchecked ({log.source})")
+            blind.append(f"cannot read the kernel log, XIDs are unchecked ({log.source})")
         else:
             xid_events = parse_xid_log(log.text)
 
-    result: dict[str, Any] = inspect(run, module.get_bin_path, policy, options, xid_events)
-    if log_problems:
-        result["node_problems"] = log_problems + result["node_problems"]
-        result["problems"] = result["problems"] + [f"node: {problem}" for problem in log_problems]
-        result["healthy"] = False
+    # A gate passes on a healthy verdict only: `unknown` (a check could not look) fails it too.
+    result: dict[str, Any] = inspect(run, module.get_bin_path, policy, options, xid_events, unknown=blind)
     result.update(changed=False, kernel_log_source=kernel_log_source)
     if p["fail_on_unhealthy"] and not result["healthy"]:
         module.fail_json(msg=failure_message(result), **result)

@@ -241,11 +241,13 @@ def test_unreadable_kernel_log(node: Node) -> None:
     node.tool("journalctl", "", rc=1, stderr="Failed to open journal: Permission denied")
     node.tool("dmesg", "", rc=1, stderr="dmesg: read kernel buffer failed: Operation not permitted")
     rc, result, _ = node.run(NO_HOST_CHECKS)
-    assert rc == 2
-    assert result["node_problems"] == [
+    assert rc == 2  # a gate passes on healthy only: unknown fails it, with what could not be read
+    assert (result["verdict"], result["node_problems"], result["problems"]) == ("unknown", [], [])
+    assert result["unknown"] == [
         "cannot read the kernel log, XIDs are unchecked (journalctl -k -b: Failed to open journal: Permission "
         "denied; dmesg: dmesg: read kernel buffer failed: Operation not permitted)"
     ]
+    assert result["msg"].startswith("GPU node health unknown: a check could not look: cannot read the kernel log")
 
 
 def test_dmesg_when_journalctl_fails(node: Node) -> None:

@@ -398,7 +398,7 @@ class Node:
     def run(self, *args: str) -> tuple[int, dict[str, Any]]:
         """Run it with --json: its exit code and verdict."""
         done = self.start("--json", *args)
-        assert done.returncode in (0, 1), done.stderr
+        assert done.returncode in (0, 1, 3), done.stderr
         verdict: dict[str, Any] = json.loads(done.stdout)
         return done.returncode, verdict
 
@@ -427,6 +427,61 @@ def test_a_healthy_node_is_left_alone(node: Node) -> None:
     code, verdict = node.run()
     assert (code, verdict["healthy"], verdict["action"]) == (0, True, "nothing to do")
     assert [c for c in node.calls("scontrol") if c[0] == "update"] == []
+
+
+def test_a_check_that_cannot_look_drains_nothing_until_its_limit(node: Node) -> None:
+    """Its kernel log moved away (a log rotated across the fleet): the verdict is unknown, shown to the node
+    exporter, and the node stays in service; past `unknown_limit` it drains with a reason that says so, and the
+    log back, the program resumes it."""
+    metrics = node.root / "node-exporter" / "gpuinfra_health.prom"
+    metrics.parent.mkdir()
+    node.config(unknown_limit=600, textfile=str(metrics))
+    assert node.run()[0] == 0
+    assert 'gpuinfra_health_verdict{verdict="healthy"} 1' in metrics.read_text().splitlines()
+
+    node.kern_log.rename(node.root / "kern.log.1")
+    code, verdict = node.run()
+    assert (code, verdict["verdict"], verdict["healthy"], verdict["problems"]) == (3, "unknown", False, [])
+    assert verdict["unknown"] == [
+        f"cannot read the kernel log, XIDs are unchecked ({node.kern_log}: No such file or directory)"
+    ]
+    assert verdict["action"] == "no action: a check could not look, and is retried at the next check"
+    assert [c for c in node.calls("scontrol") if c[0] == "update"] == [] and node.slurm_node["state"] == "IDLE"
+    lines = metrics.read_text().splitlines()
+    assert {'gpuinfra_health_verdict{verdict="unknown"} 1', 'gpuinfra_health_verdict{verdict="healthy"} 0'} <= set(
+        lines
+    ), lines
+    state_file = node.root / "state" / "s.json"
+    state = json.loads(state_file.read_text())
+    assert (
+        float([line for line in lines if line.startswith("gpuinfra_health_unknown_since")][0].split()[1])
+        == (state["unknown_since"])
+    )
+    assert node.run()[0] == 3  # retried, still inside the limit: the clock is not restarted
+    assert json.loads(state_file.read_text())["unknown_since"] == state["unknown_since"]
+
+    state["unknown_since"] -= 601  # unknown for longer than the limit
+    state_file.write_text(json.dumps(state))
+    code, verdict = node.run()
+    assert code == 1 and node.slurm_node == {
+        "state": "IDLE+DRAIN",
+        "reason": "gpuinfra-health: unknown for 10m: cannot read the kernel log, XIDs are unchecked "
+        f"({node.kern_log}: No such file or directory)"[:117]
+        + "...",
+    }, node.slurm_node
+
+    (node.root / "kern.log.1").rename(node.kern_log)
+    code, verdict = node.run()
+    assert (code, verdict["verdict"], verdict["action"]) == (0, "healthy", "resumed")
+    assert json.loads(state_file.read_text())["unknown_since"] is None
+
+
+def test_a_problem_found_outweighs_what_could_not_be_seen(node: Node) -> None:
+    node.gpus("xid79")  # a GPU off the bus: nvidia-smi lists one of two
+    node.kern_log.unlink()
+    code, verdict = node.run()
+    assert (code, verdict["verdict"]) == (1, "unhealthy")
+    assert verdict["unknown"] and node.slurm_node["state"] == "IDLE+DRAIN"
 
 
 def test_a_gpu_off_the_bus_drains_the_node_until_it_is_repaired(node: Node) -> None:
@@ -1131,7 +1186,7 @@ def test_dkms_is_not_judged_while_the_package_manager_runs(probe: Any, tmp_path:
     installed = "".join(f"nvidia-current/{PIN}, {k}, x86_64: installed\n" for k in KERNELS)
     answer["status"] = installed
     kept: dict[str, Any] = {}
-    assert judge(kept) == [] and kept == {"kernels": KERNELS, "problems": []}
+    assert judge(kept) == [] and kept == {"kernels": KERNELS, "problems": [], "unknown": []}
 
     answer["status"] = installed.splitlines(keepends=True)[0]  # the new kernel's module is still being built
     with _held(lock) as pid:
@@ -1162,12 +1217,18 @@ class Dkms:
     kept: dict[str, Any] = field(default_factory=dict)
 
     def judge(self) -> list[str]:
+        """The problems found."""
+        return self.judged()[0]
+
+    def judged(self) -> tuple[list[str], list[str]]:
+        """The problems found, and what could not be judged."""
         kernels = KERNELS if self.built else KERNELS[:1]
         status = "".join(f"nvidia-current/{PIN}, {k}, x86_64: installed\n" for k in kernels)
         options = self.probe.ProbeOptions(
             dkms_kernels=KERNELS, dkms_verdict=self.kept, package_locks=[str(self.lock)], clock=lambda: self.now
         )
-        return list(self.probe.dkms_state(lambda argv: (0, status, ""), lambda name: name, PIN, options)[2])
+        _, _, problems, unknown = self.probe.dkms_state(lambda argv: (0, status, ""), lambda name: name, PIN, options)
+        return list(problems), list(unknown)
 
 
 @pytest.fixture
@@ -1193,20 +1254,22 @@ def test_a_held_lock_defers_the_dkms_judgement_until_the_limit(dkms: Dkms) -> No
         )
 
 
-def test_a_lock_held_past_the_limit_no_longer_hides_the_dkms_verdict(dkms: Dkms) -> None:
-    """An apt left at its prompt, or a hung dpkg, holds the lock for good: the judgement is made again regardless."""
+def test_a_lock_held_past_the_limit_leaves_what_dkms_lacks_unknown(dkms: Dkms) -> None:
+    """An apt left at its prompt, or a hung dpkg, holds the lock for good: past the limit DKMS is judged again, and
+    a missing module is unknown (it may still be building), never a problem that drains by itself."""
     start = dkms.now
     with _held(dkms.lock) as pid:
         dkms.judge()
         for minutes in (30, 31, 24 * 60):
             dkms.now = start + minutes * MINUTE
-            assert dkms.judge() == [MISSING], minutes
+            held = f"(the package manager has held its lock for {minutes} min: PID {pid} holds {dkms.lock})"
+            assert dkms.judged() == ([], [f"{MISSING} {held}"]), minutes
         assert dkms.kept["deferred"] == (
             f"DKMS judged: the package manager has held its lock for {24 * 60} min (PID {pid} holds {dkms.lock}), "
             "longer than the 30 min a deferral may last"
         )
         dkms.built = True  # the build finished after all: healthy again, the lock still held
-        assert dkms.judge() == []
+        assert dkms.judged() == ([], [])
 
 
 def test_the_deferral_starts_again_once_the_lock_was_free(dkms: Dkms) -> None:
@@ -1214,10 +1277,10 @@ def test_the_deferral_starts_again_once_the_lock_was_free(dkms: Dkms) -> None:
     with _held(dkms.lock):
         dkms.judge()
         dkms.now = start + 40 * MINUTE
-        assert dkms.judge() == [MISSING]
+        assert dkms.judged()[1][0].startswith(MISSING)  # past the limit: unknown
     dkms.built = True
     dkms.now = start + 41 * MINUTE
-    assert dkms.judge() == [] and dkms.kept == {"kernels": KERNELS, "problems": []}  # no lock, no deferral left
+    assert dkms.judge() == [] and dkms.kept == {"kernels": KERNELS, "problems": [], "unknown": []}  # no lock left
     dkms.built = False
     with _held(dkms.lock):  # the next package run gets the whole limit again
         dkms.now = start + 42 * MINUTE

@@ -39,6 +39,7 @@ COUNTERS = ROOT / "roles" / "dcgm_exporter" / "templates" / "counters.csv.j2"
 COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_node_state.py"
 JOB_COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_jobs.py"
 KERNEL_COLLECTOR = ROOT / "roles" / "kernel_updates" / "files" / "gpuinfra_kernel_updates.py"
+HEALTH_PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_health.py"
 
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")
@@ -646,11 +647,13 @@ def known_metrics() -> frozenset[str]:
     kernel_module = _script(KERNEL_COLLECTOR)
     kernel_text = kernel_module.render({"linux-image-amd64": kernel_module.Entry("6.1.192-3", "available", 1.0)}, True)
     kernel = set(re.findall(r"^(gpuinfra_kernel_[a-z_]+)", kernel_text, re.M))
+    # The node health program's textfile: the metrics it declares (tests/unit/test_health_program.py reads them).
+    health = set(re.findall(r"# TYPE (gpuinfra_health_[a-z_]+) ", HEALTH_PROGRAM.read_text()))
     rules = yaml_load(rendered("mon-full")["monitoring/prometheus/rules/gpuinfra.yml"].content)
     recorded = {rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule}
     # Series Prometheus itself makes: the scrape health and the alerts' state.
     builtin = {"up", "ALERTS", "ALERTS_FOR_STATE"}
-    return frozenset(node | dcgm | slurm | kernel | recorded | builtin)
+    return frozenset(node | dcgm | slurm | kernel | health | recorded | builtin)
 
 
 def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:

@@ -221,6 +221,18 @@ CASES: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    "GpuHealthUnknown": {
+        "series": {
+            'gpuinfra_health_verdict{job="node", instance="gpu01", verdict="unknown"}': "1x10",
+            'gpuinfra_health_verdict{job="node", instance="gpu02", verdict="unknown"}': "0x10",
+            'gpuinfra_health_verdict{job="node", instance="gpu02", verdict="unhealthy"}': "1x10",
+            'gpuinfra_health_verdict{job="node", instance="gpu03", verdict="unknown"}': "1 0x9",  # one check only
+        },
+        "evals": {
+            "1m": [],
+            "3m": [alert("GpuHealthUnknown", "warning", job="node", instance="gpu01", verdict="unknown")],
+        },
+    },
     "KernelUpdateStateUnknown (check fails)": {
         "alertname": "KernelUpdateStateUnknown",
         "series": {

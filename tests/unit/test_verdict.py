@@ -106,10 +106,29 @@ def test_verdict(fixture: str, policy: dict[str, Any], problems: list[str]) -> N
     assert len(per_gpu) + len(result["node_problems"]) == len(problems)
 
 
+def test_three_verdicts() -> None:
+    """A check that could not look makes the verdict unknown only while nothing is found wrong."""
+    blind = ["cannot read the kernel log, XIDs are unchecked (kern.log: No such file or directory)"]
+    healthy = verdict(H100, expected_count=8)
+    assert (healthy["verdict"], healthy["healthy"], healthy["unknown"]) == ("healthy", True, [])
+    unknown = verdicts.assess(smi_report.parse_smi_xml(data(H100)), verdicts.Policy(expected_count=8), unknown=blind)
+    assert (unknown["verdict"], unknown["healthy"], unknown["problems"], unknown["unknown"]) == (
+        "unknown",
+        False,
+        [],
+        blind,
+    )
+    assert verdicts.failure_message(unknown) == f"GPU node health unknown: a check could not look: {blind[0]}"
+    found = verdicts.assess(smi_report.parse_smi_xml(data(H100_BAD)), verdicts.Policy(expected_count=8), unknown=blind)
+    assert (found["verdict"], found["unknown"]) == ("unhealthy", blind) and found["problems"]
+
+
 def test_verdict_shape() -> None:
     result = verdict(H100_BAD, expected_count=8, driver_version="550.127.05")
     assert set(result) == {
+        "verdict",
         "healthy",
+        "unknown",
         "gpu_count",
         "expected_count",
         "driver_version",

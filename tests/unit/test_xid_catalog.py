@@ -216,3 +216,13 @@ def test_a_good_xid_policy_reaches_the_programs_settings(tmp_path: Path) -> None
         "xid_repeat_jobs": 4,
         "xid_repeat_window": 1800,
     }
+
+
+def test_the_unknown_limit_reaches_the_programs_settings(tmp_path: Path) -> None:
+    """health.check.unknown_limit, in seconds, and the node exporter's textfile the program shows its verdict in."""
+    (tmp_path / "cluster.yml").write_text(GOOD + "  check: {unknown_limit: 45m}\n")
+    rc = load_cluster(tmp_path / "cluster.yml").resolved
+    [settings] = [r for r in render(rc, list(health.ARTIFACTS)) if r.artifact.template == "health.json.j2"]
+    program = json.loads(settings.content)
+    assert program["unknown_limit"] == 2700
+    assert program["textfile"] == "/var/lib/prometheus/node-exporter/gpuinfra_health.prom"

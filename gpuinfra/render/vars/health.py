@@ -54,6 +54,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_driver_version": driver_pin(rc),
         "gpu_health_check_enabled": health.check.enabled,
         "gpu_health_interval": duration_seconds(health.check.interval),
+        "gpu_health_unknown_limit": duration_seconds(health.check.unknown_limit),
     }
 
 

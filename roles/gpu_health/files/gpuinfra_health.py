@@ -16,7 +16,14 @@ within a window are the GPU's fault, and fail the node as `reset` does. One that
 the node unhealthy until the node reboots or an operator who repaired it runs `gpuinfra-health --clear-xids`
 (`hardware` until the operator does, reboots or not); a `node` XID fails the check that saw it.
 
-Exit codes: 0 healthy (or nothing to check), 1 unhealthy, 2 it could not run (bad configuration, state).
+A check that could not look (a kernel log it cannot read, a tool missing or failing, the package manager's lock
+held past its limit) and found nothing wrong answers `unknown`: it drains nothing and resumes nothing, is retried at
+the next check and shown to the node exporter (`textfile`); a node still unknown after `unknown_limit` seconds is
+drained, with a reason that says so. A hung nvidia-smi is not a blind check: the driver not answering is the
+symptom of a GPU it cannot reach, and the node is unhealthy.
+
+Exit codes: 0 healthy (or nothing to check), 1 unhealthy (or unknown past the limit, drained), 2 it could not run
+(bad configuration, state), 3 unknown.
 """
 
 from __future__ import annotations
@@ -68,6 +75,10 @@ from gpuinfra_node.node_probe import (  # noqa: E402
 from gpuinfra_node.smi_report import pci_key  # noqa: E402
 from gpuinfra_node.verdict import (  # noqa: E402
     CLASS_ACTION,
+    HEALTHY,
+    UNHEALTHY,
+    UNKNOWN,
+    VERDICTS,
     Policy,
     RepeatedFault,
     repeated_faults,
@@ -86,6 +97,9 @@ from gpuinfra_node.xid_catalog import (  # noqa: E402
     XID_MAX,
 )
 from gpuinfra_node.xid_log import XidEvent, parse_xid_log  # noqa: E402
+
+# The exit code of an unknown verdict within its limit: the job prolog lets the job start on it (only 1 requeues).
+EXIT_UNKNOWN = 3
 
 
 class Failure(Exception):
@@ -579,11 +593,8 @@ def check(
         package_lock_limit=max(0, int(config.get("package_lock_limit", PACKAGE_LOCK_LIMIT))),
     )
     judged = [XidEvent(**e) for e in sticky] + transient
-    verdict = inspect(run, shutil.which, policy, options, judged, [repeated_of(r) for r in repeated])
-    if log.text is None:
-        verdict["node_problems"].append(f"cannot read the kernel log, XIDs are unchecked ({log.source})")
-        verdict["problems"].append(f"node: cannot read the kernel log, XIDs are unchecked ({log.source})")
-        verdict["healthy"] = False
+    blind = [f"cannot read the kernel log, XIDs are unchecked ({log.source})"] if log.text is None else []
+    verdict = inspect(run, shutil.which, policy, options, judged, [repeated_of(r) for r in repeated], blind)
     verdict["kernel_log_source"] = log.source
     verdict["dkms_deferred"] = dkms_verdict.get("deferred", "")
     verdict["xid_repeated"] = [{**r, "new": r in [f.__dict__ for f in escalated]} for r in repeated]
@@ -598,6 +609,8 @@ def check(
         "gpu_index": gpu_index,
         "module_cache": options.module_cache,
         "dkms_verdict": dkms_verdict,
+        # Kept while the verdict stays unknown: past the limit, a node no check can look at is drained.
+        "unknown_since": (state.get("unknown_since") or now) if verdict["verdict"] == UNKNOWN else None,
     }
     failing = [{**e.__dict__, "class": xid_class(e, policy)} for e in judged]
     failing = [e for e in failing if e["class"] in DRAINING]
@@ -685,19 +698,75 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         state = new_state
         if not args.read_only:
             save_json(args.state, state)
-    reason = drain_reason(verdict, failing, state.get("gpu_index", {})) if not verdict["healthy"] else ""
+    verdict.setdefault("verdict", HEALTHY if verdict["healthy"] else UNHEALTHY)
+    blind_for = unknown_for(verdict, state, config)
+    if verdict["healthy"]:
+        reason = ""
+    elif verdict["verdict"] == UNKNOWN:
+        reason = unknown_reason(verdict, blind_for) if blind_for is not None else ""
+    else:
+        reason = drain_reason(verdict, failing, state.get("gpu_index", {}))
     verdict["reports"] = report_lines(verdict, state.get("gpu_index", {}))
-    if not (args.no_action or args.read_only):
+    acting = not (args.no_action or args.read_only)
+    if acting:
         log_lines(verdict["reports"])
-    scheduler = "none" if args.no_action or args.read_only else config.get("scheduler", "none")
+        write_metrics(config.get("textfile", ""), verdict, state)
+    scheduler = config.get("scheduler", "none") if acting else "none"
     name = config.get("node_name") or os.uname().nodename
-    if scheduler == "slurm":
+    if verdict["verdict"] == UNKNOWN and not reason:
+        action = "no action: a check could not look, and is retried at the next check"
+    elif scheduler == "slurm":
         action = slurm_act(name, verdict["healthy"], reason)
     elif scheduler == "kubernetes":
         action = kubernetes_act(config, name, verdict["healthy"], reason)
     else:
         action = "no action"
     return verdict, reason, action
+
+
+# What a node's health is left unknown for before it drains, when the settings name no limit.
+UNKNOWN_LIMIT = 1800
+
+
+def unknown_for(verdict: dict[str, Any], state: dict[str, Any], config: dict[str, Any]) -> float | None:
+    """How long the verdict has been unknown, once that is past the limit (`unknown_limit` seconds); else None."""
+    since = state.get("unknown_since")
+    if verdict["verdict"] != UNKNOWN or not isinstance(since, (int, float)):
+        return None
+    held = max(0.0, time.time() - since)
+    return held if held >= int(config.get("unknown_limit", UNKNOWN_LIMIT)) else None
+
+
+def unknown_reason(verdict: dict[str, Any], held: float) -> str:
+    """`gpuinfra-health: unknown for 31m: cannot read the kernel log, ...`: the first thing no check could see."""
+    what = next(iter(verdict["unknown"]), "a check could not look")
+    text = " ".join(f"{REASON_PREFIX} unknown for {held / 60:.0f}m: {what}".split())
+    return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."
+
+
+def write_metrics(path: str, verdict: dict[str, Any], state: dict[str, Any]) -> None:
+    """The verdict for the node exporter's textfile collector (`path`, a .prom file; empty: none), replaced
+    atomically so that a scrape never reads half of it. A folder that is missing (no node exporter) is skipped."""
+    folder = os.path.dirname(path)
+    if not path or not os.path.isdir(folder):
+        return
+    since = state.get("unknown_since")
+    lines = [
+        "# HELP gpuinfra_health_verdict The GPU node health check's last verdict: 1 for the one it gave.",
+        "# TYPE gpuinfra_health_verdict gauge",
+        *(f'gpuinfra_health_verdict{{verdict="{kind}"}} {int(verdict["verdict"] == kind)}' for kind in VERDICTS),
+        "# HELP gpuinfra_health_unknown_since_timestamp_seconds When the verdict became unknown; 0 when it is not.",
+        "# TYPE gpuinfra_health_unknown_since_timestamp_seconds gauge",
+        f"gpuinfra_health_unknown_since_timestamp_seconds {since if isinstance(since, (int, float)) else 0}",
+        "# HELP gpuinfra_health_last_check_timestamp_seconds When the last check ended.",
+        "# TYPE gpuinfra_health_last_check_timestamp_seconds gauge",
+        f"gpuinfra_health_last_check_timestamp_seconds {time.time():.3f}",
+    ]
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".gpuinfra_health.")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -731,9 +800,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(verdict, indent=1, sort_keys=True))
     else:
-        status = "healthy" if verdict["healthy"] else "unhealthy"
-        print(f"gpuinfra-health: {status}; {action}" + "".join(f"\n  {p}" for p in verdict["problems"]))
+        found = [*verdict["problems"], *(f"could not look: {u}" for u in verdict.get("unknown", []))]
+        print(f"gpuinfra-health: {verdict['verdict']}; {action}" + "".join(f"\n  {p}" for p in found))
         print("".join(f"gpuinfra-health: {line}\n" for line in verdict.get("reports", [])), end="")
+    if verdict["verdict"] == UNKNOWN and not reason:
+        return EXIT_UNKNOWN
     return 0 if verdict["healthy"] else 1
 
 
