@@ -1,8 +1,10 @@
 """A health sweep: every GPU node judged by the gpu_health module (playbooks/health.yml), one verdict per node, and
 the unhealthy Slurm nodes drained on request (playbooks/drain.yml), their running jobs left to finish.
 
-The module fails an unhealthy node and returns its `problems`, each prefixed with its GPU or with `node:`; a node
-it passes has no failure. The verdict is read from that structured return, never from the failure's message.
+The module fails an unhealthy node and returns its `problems`, each prefixed with its GPU or with `node:`, and a node
+no check could fully look at with what it could not see (`unknown`); a node it passes has no failure. The verdict is
+read from that structured return, never from the failure's message. A node with emulated GPUs is judged by its own
+health program where that is installed (the role publishes the verdicts it took, `gpuinfra_health_verdicts`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ DRAIN_REASON_PREFIX = "gpuinfra health: "
 
 HEALTH_MODULES = frozenset({"gpuinfra.cluster.gpu_health", "gpu_health"})
 
-Status = Literal["healthy", "unhealthy", "unreachable", "error", "not run", "emulated"]
+Status = Literal["healthy", "unhealthy", "unknown", "unreachable", "error", "not run", "emulated"]
+# What the gpu_health role publishes (set_stats): node -> the verdict its health program gave.
+JUDGED_STAT = "gpuinfra_health_verdicts"
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,11 @@ class NodeHealth:
 
 
 def verdicts(result: RunResult, nodes: Sequence[str], emulated: Collection[str] = ()) -> list[NodeHealth]:
-    """One verdict per node, in the order given. Nodes with emulated GPUs are reachable but never judged."""
+    """One verdict per node, in the order given. Nodes with emulated GPUs are judged by their health program where
+    it is installed, else reachable but not judged."""
     failures = {f.host: f for f in result.failures}
+    judged = result.artifacts.get(JUDGED_STAT)
+    judged = judged if isinstance(judged, dict) else {}
     out = []
     for node in nodes:
         failure = failures.get(node)
@@ -61,9 +68,11 @@ def verdicts(result: RunResult, nodes: Sequence[str], emulated: Collection[str] 
             out.append(NodeHealth(node, "unreachable", [" ".join(failure.message.split())]))
         elif failure is not None and failure.action in HEALTH_MODULES and failure.problems:
             out.append(NodeHealth(node, "unhealthy", list(failure.problems)))
+        elif failure is not None and failure.action in HEALTH_MODULES and failure.unknown:
+            out.append(NodeHealth(node, "unknown", [f"could not look: {text}" for text in failure.unknown]))
         elif failure is not None:
             out.append(NodeHealth(node, "error", [f"{failure.task}: {' '.join(failure.message.split())}"]))
-        elif stats is not None and stats.ok > 0 and node in emulated:
+        elif stats is not None and stats.ok > 0 and node in emulated and judged.get(node) != "healthy":
             out.append(NodeHealth(node, "emulated", ["GPU device nodes without hardware (gpu.emulated): not checked"]))
         elif stats is not None and stats.ok > 0 and not stats.failed:
             out.append(NodeHealth(node, "healthy"))

@@ -76,6 +76,8 @@ class Failure:
     """The module that failed (`gpuinfra.cluster.gpu_health`), as the task names it."""
     problems: tuple[str, ...] = ()
     """The `problems` list a gpuinfra module returns with its failure (the health verdict), redacted."""
+    unknown: tuple[str, ...] = ()
+    """Its `unknown` list: what the health check could not look at, redacted."""
 
     def as_dict(self) -> dict[str, object]:
         return {"host": self.host, "task": self.task, "message": self.message, "unreachable": self.unreachable}
@@ -209,18 +211,22 @@ class RunProgress:
         else:
             stats.failed += 1
             result = "failed"
-            problems = res.get("problems") if not hidden(res) else None
+            problems, unknown = (res.get("problems"), res.get("unknown")) if not hidden(res) else (None, None)
             self.failures.append(
                 Failure(
                     host,
                     task,
                     self.redact(failure_message(res, failed_items)),
                     action=str(data.get("task_action") or ""),
-                    problems=tuple(self.redact(str(p)) for p in problems) if isinstance(problems, list) else (),
+                    problems=self._texts(problems),
+                    unknown=self._texts(unknown),
                 )
             )
         progress.state = _state(stats)
         return Update("result", host=host, task=task, result=result)
+
+    def _texts(self, items: Any) -> tuple[str, ...]:
+        return tuple(self.redact(str(item)) for item in items) if isinstance(items, list) else ()
 
     def _stats(self, data: Mapping[str, Any]) -> None:
         per_host: dict[str, HostStats] = {}

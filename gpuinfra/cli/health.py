@@ -7,7 +7,7 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import GpuinfraError
-from ..health_sweep import NodeHealth, Sweep, sweep
+from ..health_sweep import NodeHealth, Status, Sweep, sweep
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_extra_vars, add_json
 from .display import display
@@ -51,9 +51,16 @@ def _print_sweep(out: TextIO, found: Sweep) -> None:
         out.write(f"drained {node} in Slurm: {reason}\n")
     for node, error in found.drain_errors.items():
         out.write(f"could not drain {node}: {error}\n")
-    fake = found.count("emulated")
-    emulated = f", {fake} emulated (not checked)" if fake else ""
-    out.write(f"\n{found.count('healthy')} of {len(found.nodes)} GPU node(s) healthy{emulated}\n")
+    others = [f"{found.count(kind)} {label}" for kind, label in OTHER_COUNTS if found.count(kind)]
+    summary = [f"{found.count('healthy')} of {len(found.nodes)} GPU node(s) healthy", *others]
+    out.write(f"\n{', '.join(summary)}\n")
+
+
+# Besides the healthy: what the summary line counts, in this order.
+OTHER_COUNTS: tuple[tuple[Status, str], ...] = (
+    ("unknown", "unknown (a check could not look)"),
+    ("emulated", "emulated (not checked)"),
+)
 
 
 def print_table(out: TextIO, found: list[NodeHealth]) -> None:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra.cli.health import print_table
-from gpuinfra.health_sweep import HEALTH_PLAYBOOK, NodeHealth, verdicts
-from gpuinfra.run import RunOptions, run_playbook
+from gpuinfra.cli.health import _print_sweep, print_table
+from gpuinfra.health_sweep import HEALTH_PLAYBOOK, JUDGED_STAT, NodeHealth, Sweep, verdicts
+from gpuinfra.progress import Failure, HostStats
+from gpuinfra.run import Outcome, RunOptions, RunResult, run_playbook
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -60,6 +61,30 @@ def test_sweep_gives_one_verdict_per_node(tmp_path: Path, run_root: Path) -> Non
     assert found["gpu03"].status == "unreachable"
     assert found["gpu02"].drain_reason.startswith("gpuinfra health: GPU ")
     assert found["gpu02"].drain_reason.endswith(f"(+{len(found['gpu02'].problems) - 1} more)")
+
+
+def test_the_sweep_shows_what_each_node_decided() -> None:
+    """A node no check could fully look at is `unknown`, with what could not be seen; an emulated node is shown with
+    the verdict its own health program gave, and only one without the program as `emulated`."""
+    unknown = Failure("gpu01", "Check the health", "GPU node health unknown", action="gpuinfra.cluster.gpu_health",
+                      unknown=("cannot read the kernel log",))  # fmt: skip
+    result = RunResult(
+        outcome=Outcome.FAILED, status="failed", rc=2, playbook=Path(HEALTH_PLAYBOOK), check=False,
+        hosts={"gpu01": HostStats(failed=1), "gpu02": HostStats(ok=3), "gpu03": HostStats(ok=2)},
+        failures=[unknown], changes=[], errors=[], warnings=[], duration_s=1.0,
+        artifacts={JUDGED_STAT: {"gpu02": "healthy"}},
+    )  # fmt: skip
+    found = verdicts(result, ["gpu01", "gpu02", "gpu03"], emulated={"gpu02", "gpu03"})
+    assert found == [
+        NodeHealth("gpu01", "unknown", ["could not look: cannot read the kernel log"]),
+        NodeHealth("gpu02", "healthy"),
+        NodeHealth("gpu03", "emulated", ["GPU device nodes without hardware (gpu.emulated): not checked"]),
+    ]
+    out = io.StringIO()
+    _print_sweep(out, Sweep(found))
+    assert out.getvalue().splitlines()[-1] == (
+        "1 of 3 GPU node(s) healthy, 1 unknown (a check could not look), 1 emulated (not checked)"
+    )
 
 
 def test_table_lists_every_problem_under_its_node() -> None:
