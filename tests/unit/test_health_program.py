@@ -18,6 +18,7 @@ import base64
 import contextlib
 import datetime
 import importlib
+import importlib.util
 import ipaddress
 import json
 import os
@@ -76,6 +77,25 @@ elif sys.argv[1] == "update":
     elif args["State"] == "RESUME":
         node.update(state=node["state"].split("+")[0], reason="")
     json.dump(node, open(path, "w"))
+"""
+
+# sinfo: `--noheader --Node --partition=P --format=%N|%T|%H|%E` lists the partition's other nodes from sinfo.json
+# (each [name, state, reason time, reason], the ones with "from_call": N only from its Nth call on, as slurmctld's
+# view changes between two calls) and this node from scontrol.json, drained at 03:00:05 when drained.
+SINFO = r"""#!/usr/bin/env python3
+import json, sys
+here = sys.argv[0]
+count = 1 + sum(1 for _ in open(here + ".log")) if __import__("os").path.exists(here + ".log") else 1
+with open(here + ".log", "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
+others = json.load(open(here + ".json"))
+me = json.load(open(here.replace("sinfo", "scontrol") + ".json"))
+rows = [o["row"] for o in others if o.get("from_call", 1) <= count]
+drained = "DRAIN" in me["state"]
+rows.append(["gpu02", "drained" if drained else "idle", "2026-11-25T03:00:05" if drained else "Unknown",
+             me["reason"] or "none"])
+for row in sorted(rows):
+    print("|".join(row))
 """
 
 # logger: records each call's arguments.
@@ -398,7 +418,7 @@ class Node:
     def run(self, *args: str) -> tuple[int, dict[str, Any]]:
         """Run it with --json: its exit code and verdict."""
         done = self.start("--json", *args)
-        assert done.returncode in (0, 1, 3), done.stderr
+        assert done.returncode in (0, 1, 3, 4), done.stderr
         verdict: dict[str, Any] = json.loads(done.stdout)
         return done.returncode, verdict
 
@@ -413,6 +433,9 @@ def node(tmp_path: Path) -> Node:
         (library / name).symlink_to(ROOT / "plugins" / "module_utils" / name)
     (tmp_path / "bin" / "scontrol").write_text(SCONTROL)
     (tmp_path / "bin" / "scontrol").chmod(0o755)
+    (tmp_path / "bin" / "sinfo").write_text(SINFO)
+    (tmp_path / "bin" / "sinfo").chmod(0o755)
+    (tmp_path / "bin" / "sinfo.json").write_text("[]")
     (tmp_path / "bin" / "logger").write_text(LOGGER)  # the system log, recorded (and this machine's left alone)
     (tmp_path / "bin" / "logger").chmod(0o755)
     (tmp_path / "kern.log").write_text("2026-11-25T02:00:00+0000 gpu02 kernel: Linux version 6.1.0-31-amd64\n")
@@ -453,10 +476,8 @@ def test_a_check_that_cannot_look_drains_nothing_until_its_limit(node: Node) -> 
     ), lines
     state_file = node.root / "state" / "s.json"
     state = json.loads(state_file.read_text())
-    assert (
-        float([line for line in lines if line.startswith("gpuinfra_health_unknown_since")][0].split()[1])
-        == (state["unknown_since"])
-    )
+    since = next(line for line in lines if line.startswith("gpuinfra_health_unknown_since"))
+    assert float(since.split()[1]) == state["unknown_since"]
     assert node.run()[0] == 3  # retried, still inside the limit: the clock is not restarted
     assert json.loads(state_file.read_text())["unknown_since"] == state["unknown_since"]
 
@@ -474,6 +495,85 @@ def test_a_check_that_cannot_look_drains_nothing_until_its_limit(node: Node) -> 
     code, verdict = node.run()
     assert (code, verdict["verdict"], verdict["action"]) == (0, "healthy", "resumed")
     assert json.loads(state_file.read_text())["unknown_since"] is None
+
+
+XID79_REASON = "gpuinfra-health: xid 79 on GPU 1: reboot"
+
+
+def partition(node: Node, *others: tuple[str, str, str, str], from_call: int = 1) -> None:
+    """The other nodes of partition gpu, as sinfo lists them (name, state, reason time, reason)."""
+    (node.root / "bin" / "sinfo.json").write_text(
+        json.dumps([{"row": list(o), "from_call": from_call} for o in others])
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "nodes", "expected"), [("10%", 2, 1), ("10%", 35, 3), ("50%", 4, 2), ("3", 100, 3), (2, 1, 2)]
+)
+def test_the_drain_limit_is_a_count_or_a_share_never_below_one(
+    program: Any, limit: Any, nodes: int, expected: int
+) -> None:
+    assert program.drain_limit(limit, nodes) == expected
+
+
+def test_the_breaker_spares_a_node_once_its_partition_holds_the_limit(node: Node) -> None:
+    """gpu01 is drained by its health check; with a limit of 25% of 4 nodes, gpu02's failure leaves it in service,
+    says why, and shows it to the node exporter; a limit of 2 lets it drain."""
+    metrics = node.root / "node-exporter" / "gpuinfra_health.prom"
+    metrics.parent.mkdir()
+    node.config(max_drained="25%", textfile=str(metrics))
+    partition(
+        node,
+        ("gpu01", "drained", "2026-11-25T02:00:00", XID79_REASON),
+        ("gpu03", "drained", "2026-11-25T02:10:00", "disk replacement, ticket 4711"),  # an admin's: not counted
+        ("gpu04", "idle", "Unknown", "none"),
+    )
+    node.run()
+    node.gpus("xid79")
+    code, verdict = node.run()
+    assert code == 4 and verdict["action"] == (
+        "spared by the breaker: health checks hold 1 of the 4 nodes of partition gpu drained (limit 1)"
+    ), verdict["action"]
+    assert node.slurm_node["state"] == "IDLE" and [c for c in node.calls("scontrol") if c[0] == "update"] == []
+    assert "gpuinfra_health_spared 1" in metrics.read_text().splitlines()
+
+    node.config(max_drained=2, textfile=str(metrics))
+    code, verdict = node.run()
+    assert (code, node.slurm_node) == (1, {"state": "IDLE+DRAIN", "reason": XID79_REASON}), verdict["action"]
+    assert "gpuinfra_health_spared 0" in metrics.read_text().splitlines()
+
+
+def test_nodes_that_fail_together_keep_only_the_limit_drained(node: Node) -> None:
+    """gpu01 failed at the same moment: before the drain slurmctld showed it in service, after it drained earlier
+    than gpu02. gpu02 is past the limit of 1, so it gives way: resumed, spared."""
+    node.config(max_drained=1)
+    node.run()
+    partition(node, ("gpu01", "drained", "2026-11-25T03:00:04", XID79_REASON), from_call=2)
+    node.gpus("xid79")
+    code, verdict = node.run()
+    assert code == 4 and verdict["action"] == (
+        "spared by the breaker: 2 nodes of partition gpu were drained at once (limit 1)"
+    ), verdict["action"]
+    updates = [c[2:] for c in node.calls("scontrol") if c[0] == "update"]
+    assert updates == [["State=DRAIN", f"Reason={XID79_REASON}"], ["State=RESUME"]]
+    assert node.slurm_node["state"] == "IDLE"
+
+
+def test_the_first_of_nodes_that_fail_together_keeps_its_drain(node: Node) -> None:
+    node.config(max_drained=1)
+    node.run()
+    partition(node, ("gpu03", "drained", "2026-11-25T03:00:05", XID79_REASON), from_call=2)  # same second: by name
+    node.gpus("xid79")
+    assert node.run()[0] == 1 and node.slurm_node == {"state": "IDLE+DRAIN", "reason": XID79_REASON}
+
+
+def test_observe_mode_reports_what_it_would_do_and_does_nothing(node: Node) -> None:
+    node.config(mode="observe")
+    node.run()  # healthy first: the program learns which GPU sits at which PCI address
+    node.gpus("xid79")
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (1, f"observe mode: would drain: {XID79_REASON}")
+    assert [c for c in node.calls("scontrol") if c[0] == "update"] == [] and node.slurm_node["state"] == "IDLE"
 
 
 def test_a_problem_found_outweighs_what_could_not_be_seen(node: Node) -> None:
@@ -1086,6 +1186,16 @@ def test_modinfo_is_asked_again_only_when_what_it_reads_changed(node: Node) -> N
     node.run()
     node.run()  # a failed answer is never kept
     assert _modinfo_calls(node) == 4
+
+
+@pytest.fixture
+def program(probe: Any) -> Any:
+    """The program itself, imported with its library (node_probe's fixture puts it on the path)."""
+    spec = importlib.util.spec_from_file_location("gpuinfra_health_under_test", PROGRAM)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -233,6 +233,13 @@ CASES: dict[str, dict[str, Any]] = {
             "3m": [alert("GpuHealthUnknown", "warning", job="node", instance="gpu01", verdict="unknown")],
         },
     },
+    "GpuHealthSpared": {
+        "series": {
+            'gpuinfra_health_spared{job="node", instance="gpu01"}': "0 1x9",
+            'gpuinfra_health_spared{job="node", instance="gpu02"}': "0x10",
+        },
+        "evals": {"0s": [], "1m": [alert("GpuHealthSpared", "critical", job="node", instance="gpu01")]},
+    },
     "KernelUpdateStateUnknown (check fails)": {
         "alertname": "KernelUpdateStateUnknown",
         "series": {

@@ -218,11 +218,12 @@ def test_a_good_xid_policy_reaches_the_programs_settings(tmp_path: Path) -> None
     }
 
 
-def test_the_unknown_limit_reaches_the_programs_settings(tmp_path: Path) -> None:
-    """health.check.unknown_limit, in seconds, and the node exporter's textfile the program shows its verdict in."""
-    (tmp_path / "cluster.yml").write_text(GOOD + "  check: {unknown_limit: 45m}\n")
+def test_the_check_settings_reach_the_programs_settings(tmp_path: Path) -> None:
+    """health.check's unknown_limit (in seconds), max_drained and mode, and the node exporter's textfile the program
+    shows its verdict in."""
+    (tmp_path / "cluster.yml").write_text(GOOD + "  check: {unknown_limit: 45m, max_drained: 3, mode: observe}\n")
     rc = load_cluster(tmp_path / "cluster.yml").resolved
     [settings] = [r for r in render(rc, list(health.ARTIFACTS)) if r.artifact.template == "health.json.j2"]
     program = json.loads(settings.content)
-    assert program["unknown_limit"] == 2700
+    assert (program["unknown_limit"], program["max_drained"], program["mode"]) == (2700, "3", "observe")
     assert program["textfile"] == "/var/lib/prometheus/node-exporter/gpuinfra_health.prom"

@@ -55,6 +55,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_check_enabled": health.check.enabled,
         "gpu_health_interval": duration_seconds(health.check.interval),
         "gpu_health_unknown_limit": duration_seconds(health.check.unknown_limit),
+        "gpu_health_max_drained": str(health.check.max_drained),
+        "gpu_health_mode": health.check.mode,
     }
 
 

@@ -22,8 +22,12 @@ the next check and shown to the node exporter (`textfile`); a node still unknown
 drained, with a reason that says so. A hung nvidia-smi is not a blind check: the driver not answering is the
 symptom of a GPU it cannot reach, and the node is unhealthy.
 
+Health checks may hold at most `max_drained` nodes of a Slurm partition drained at once (a count or a percentage,
+at least 1), counted from slurmctld's state: past it an unhealthy node is spared, left in service and shown to the
+node exporter (`gpuinfra_health_spared`). In `observe` mode the program only reports what it would do.
+
 Exit codes: 0 healthy (or nothing to check), 1 unhealthy (or unknown past the limit, drained), 2 it could not run
-(bad configuration, state), 3 unknown.
+(bad configuration, state), 3 unknown, 4 unhealthy but spared by the breaker.
 """
 
 from __future__ import annotations
@@ -98,8 +102,10 @@ from gpuinfra_node.xid_catalog import (  # noqa: E402
 )
 from gpuinfra_node.xid_log import XidEvent, parse_xid_log  # noqa: E402
 
-# The exit code of an unknown verdict within its limit: the job prolog lets the job start on it (only 1 requeues).
+# Exit codes the job prolog lets the job start on (only 1 requeues it): an unknown verdict within its limit, and an
+# unhealthy node the breaker left in service (a prolog failure would drain it past the limit).
 EXIT_UNKNOWN = 3
+EXIT_SPARED = 4
 
 
 class Failure(Exception):
@@ -233,23 +239,26 @@ def drain_reason(verdict: dict[str, Any], xids: Sequence[dict[str, Any]], gpu_in
 # --- Slurm ------------------------------------------------------------------------------------------------------
 
 
-def slurm_node(name: str) -> tuple[set[str], str]:
-    """The node's state flags (IDLE, DRAIN, ...) and its reason, from `scontrol show node`."""
+def slurm_node(name: str) -> tuple[set[str], str, list[str]]:
+    """The node's state flags (IDLE, DRAIN, ...), its reason and its partitions, from `scontrol show node`."""
     rc, out, err = run(["scontrol", "show", "node", name, "--oneliner"])
     if rc != 0:
         raise Failure(f"scontrol show node {name}: {err.strip() or f'exit code {rc}'}")
     state = re.search(r"(?:^|\s)State=(\S+)", out)
     reason = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*\])?\s*$", out.strip())
+    partitions = re.search(r"(?:^|\s)Partitions=(\S+)", out)
     flags = set(re.split(r"[+*~#!%$@^-]+", state.group(1).upper())) - {""} if state else set()
-    return flags, reason.group(1) if reason else ""
+    return flags, reason.group(1) if reason else "", partitions.group(1).split(",") if partitions else []
 
 
-def slurm_act(name: str, healthy: bool, reason: str) -> str:
+def slurm_act(name: str, healthy: bool, reason: str, breaker: Breaker | None = None) -> str:
     """Drain an unhealthy node, resume a healthy one the program drained itself; leave every other state alone.
 
     A node that is DOWN or FAIL, or drained with a reason the program did not write (an admin's, an upgrade's), is
-    someone else's to put back: the program neither renames its reason nor resumes it, healthy or not."""
-    flags, current = slurm_node(name)
+    someone else's to put back: the program neither renames its reason nor resumes it, healthy or not. With a
+    `breaker`, a drain that would take more of a partition out than its limit is not made, or is undone (see
+    Breaker); the action then starts with SPARED."""
+    flags, current, partitions = slurm_node(name)
     ours = current.startswith(REASON_PREFIX)
     drained = bool(flags & DRAIN_FLAGS)
     held = sorted(flags & HELD_STATES)
@@ -259,17 +268,86 @@ def slurm_act(name: str, healthy: bool, reason: str) -> str:
     if not healthy:
         if drained:
             return "left drained"
-        command = ["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"]
-        action = f"drained: {reason}"
-    elif drained:
-        command = ["scontrol", "update", f"NodeName={name}", "State=RESUME"]
-        action = "resumed"
-    else:
-        return "nothing to do"
+        full = breaker.full(name, partitions) if breaker else None
+        if full:
+            return f"{SPARED}: {full}"
+        scontrol_update(name, "State=DRAIN", f"Reason={reason}")
+        # Nodes that failed together each saw the others still in service: the ones past the limit give way.
+        over = breaker.over(name, partitions) if breaker else None
+        if over:
+            scontrol_update(name, "State=RESUME")
+            return f"{SPARED}: {over}"
+        return f"drained: {reason}"
+    if drained:
+        scontrol_update(name, "State=RESUME")
+        return "resumed"
+    return "nothing to do"
+
+
+def scontrol_update(name: str, *settings: str) -> None:
+    command = ["scontrol", "update", f"NodeName={name}", *settings]
     rc, _, err = run(command)
     if rc != 0:
         raise Failure(f"{' '.join(command[:3])}: {err.strip() or f'exit code {rc}'}")
-    return action
+
+
+# --- The breaker: how many nodes the health loop may hold drained at once -----------------------------------------
+
+# The start of the action of a node the breaker spared: unhealthy, left in service.
+SPARED = "spared by the breaker"
+
+
+def drain_limit(value: Any, nodes: int) -> int:
+    """`max_drained`: a count, or a percentage of the partition's nodes rounded down; never below one."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        return max(1, int(nodes * int(text[:-1]) // 100))
+    return max(1, int(text))
+
+
+class Breaker:
+    """The limit on nodes drained by health checks (a reason with REASON_PREFIX), per Slurm partition, counted from
+    slurmctld's own state: the nodes need no coordination among themselves. A fault on every node at once (a bad
+    driver pin, a log format that changed) takes at most the limit out of each partition; the others stay in
+    service, unhealthy, and say so (SPARED)."""
+
+    def __init__(self, max_drained: Any) -> None:
+        self.max_drained = max_drained
+
+    def _partition(self, partition: str) -> list[tuple[str, bool, str]]:
+        """Each node of the partition: name, whether a health check holds it drained, and since when."""
+        fields = "--format=%N|%T|%H|%E"
+        rc, out, err = run(["sinfo", "--noheader", "--Node", f"--partition={partition}", fields])
+        if rc != 0:
+            raise Failure(f"sinfo --partition={partition}: {err.strip() or f'exit code {rc}'}")
+        rows = {}
+        for line in out.splitlines():
+            node, state, since, reason = [*line.split("|", 3), "", "", ""][:4]
+            ours = "drain" in state.lower() and reason.startswith(REASON_PREFIX)
+            rows[node] = (node, ours, since)
+        return list(rows.values())
+
+    def full(self, name: str, partitions: Sequence[str]) -> str:
+        """Why draining `name` would pass a partition's limit; empty when it would not."""
+        for partition in partitions:
+            rows = self._partition(partition)
+            taken = sum(ours for node, ours, _ in rows if node != name)
+            limit = drain_limit(self.max_drained, len(rows))
+            if taken >= limit:
+                held = f"{taken} of the {len(rows)} nodes of partition {partition}"
+                return f"health checks hold {held} drained (limit {limit})"
+        return ""
+
+    def over(self, name: str, partitions: Sequence[str]) -> str:
+        """After `name`'s drain: why it must give way, when more than the limit are drained at once and it is not
+        among the first (by the time of the drain, then by name); empty when it may stay drained."""
+        for partition in partitions:
+            rows = self._partition(partition)
+            drained = sorted((since, node) for node, ours, since in rows if ours)
+            limit = drain_limit(self.max_drained, len(rows))
+            if name not in [node for _, node in drained[:limit]] and any(node == name for _, node in drained):
+                return f"{len(drained)} nodes of partition {partition} were drained at once (limit {limit})"
+        return ""
 
 
 # --- Kubernetes -------------------------------------------------------------------------------------------------
@@ -710,19 +788,25 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     acting = not (args.no_action or args.read_only)
     if acting:
         log_lines(verdict["reports"])
-        write_metrics(config.get("textfile", ""), verdict, state)
     scheduler = config.get("scheduler", "none") if acting else "none"
     name = config.get("node_name") or os.uname().nodename
     if verdict["verdict"] == UNKNOWN and not reason:
         action = "no action: a check could not look, and is retried at the next check"
+    elif scheduler != "none" and config.get("mode") == "observe":
+        action = f"observe mode: would drain: {reason}" if reason else "observe mode: no action"
     elif scheduler == "slurm":
-        action = slurm_act(name, verdict["healthy"], reason)
+        action = slurm_act(name, verdict["healthy"], reason, Breaker(config.get("max_drained", MAX_DRAINED)))
     elif scheduler == "kubernetes":
         action = kubernetes_act(config, name, verdict["healthy"], reason)
     else:
         action = "no action"
+    if acting:
+        write_metrics(config.get("textfile", ""), verdict, state, action)
     return verdict, reason, action
 
+
+# How many nodes of a partition health checks may hold drained at once, when the settings name no limit.
+MAX_DRAINED = "10%"
 
 # What a node's health is left unknown for before it drains, when the settings name no limit.
 UNKNOWN_LIMIT = 1800
@@ -744,7 +828,7 @@ def unknown_reason(verdict: dict[str, Any], held: float) -> str:
     return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."
 
 
-def write_metrics(path: str, verdict: dict[str, Any], state: dict[str, Any]) -> None:
+def write_metrics(path: str, verdict: dict[str, Any], state: dict[str, Any], action: str) -> None:
     """The verdict for the node exporter's textfile collector (`path`, a .prom file; empty: none), replaced
     atomically so that a scrape never reads half of it. A folder that is missing (no node exporter) is skipped."""
     folder = os.path.dirname(path)
@@ -758,6 +842,9 @@ def write_metrics(path: str, verdict: dict[str, Any], state: dict[str, Any]) -> 
         "# HELP gpuinfra_health_unknown_since_timestamp_seconds When the verdict became unknown; 0 when it is not.",
         "# TYPE gpuinfra_health_unknown_since_timestamp_seconds gauge",
         f"gpuinfra_health_unknown_since_timestamp_seconds {since if isinstance(since, (int, float)) else 0}",
+        "# HELP gpuinfra_health_spared 1: unhealthy, but left in service, the breaker's limit being reached.",
+        "# TYPE gpuinfra_health_spared gauge",
+        f"gpuinfra_health_spared {int(action.startswith(SPARED))}",
         "# HELP gpuinfra_health_last_check_timestamp_seconds When the last check ended.",
         "# TYPE gpuinfra_health_last_check_timestamp_seconds gauge",
         f"gpuinfra_health_last_check_timestamp_seconds {time.time():.3f}",
@@ -805,6 +892,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("".join(f"gpuinfra-health: {line}\n" for line in verdict.get("reports", [])), end="")
     if verdict["verdict"] == UNKNOWN and not reason:
         return EXIT_UNKNOWN
+    if action.startswith(SPARED):
+        return EXIT_SPARED
     return 0 if verdict["healthy"] else 1
 
 
