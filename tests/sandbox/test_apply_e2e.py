@@ -270,18 +270,18 @@ def test_a_no_op_apply_skips_the_roles_its_receipts_vouch_for_and_full_runs_them
 ) -> None:
     """On the converged sandbox, a plain apply costs each GPU node one task, the probe: its receipts' checks found
     it healthy and in service. No play of site.yml has a host left, so site.yml is never loaded: the controller
-    adds one task, the question that found that out. `--full` runs every task of every role, and finds nothing to
-    change either."""
+    adds one task, the question that found that out. `--full` runs every task of every role of the host it is
+    limited to, and finds nothing to change either (every role on every host runs in the plain ansible-playbook test
+    above: once is enough of that cost)."""
     code, plain = apply_json(sandbox, "--yes", "--detailed-exitcode")
     assert (code, plain["changes"], plain["failures"]) == (0, [], [])
     assert Path(plain["playbook"]).name == "pending.yml", plain["hosts"]
     assert plain["hosts"]["ctl01"] == {**plain["hosts"]["ctl01"], "ok": 2, "skipped": 0}, plain["hosts"]["ctl01"]
     for host in ("gpu01", "gpu02"):
         assert plain["hosts"][host] == {**plain["hosts"][host], "ok": 1, "skipped": 0}, plain["hosts"][host]
-    code, full = apply_json(sandbox, "--yes", "--full", "--detailed-exitcode")
+    code, full = apply_json(sandbox, "--yes", "--full", "--limit", "gpu02", "--detailed-exitcode")
     assert (code, full["changes"], full["failures"]) == (0, [], [])
-    for host in ("ctl01", "gpu01", "gpu02"):
-        assert plain["hosts"][host]["ok"] * 3 < full["hosts"][host]["ok"], (plain["hosts"], full["hosts"])
+    assert plain["hosts"]["gpu02"]["ok"] * 20 < full["hosts"]["gpu02"]["ok"], (plain["hosts"], full["hosts"])
     receipts = [f"/var/lib/gpuinfra/receipts/{role}.json" for role in ("nvidia_driver", "munge", "slurm_compute")]
     modes = on_host("gpu01", "stat", "--format=%a", "/var/lib/gpuinfra/receipts", *receipts)
     assert modes.returncode == 0, modes.stderr
