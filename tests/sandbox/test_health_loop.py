@@ -13,6 +13,7 @@ Runs after test_apply_e2e.py (files run in name order), which converges the sand
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import time
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
+from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api
 
 from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.render.vars.health import EMULATED_KERNEL_LOG
@@ -339,3 +340,84 @@ def test_an_application_xid_is_the_jobs_until_several_jobs_have_it(interval: int
             on_host("ctl01", "scancel", job)
         _restore()
     wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
+
+
+STATE = "/var/lib/gpuinfra-health/state.json"
+# The program's state, its clock pushed past the limit under the program's own lock: an unknown this old.
+AGED = f"""import json
+settings = json.load(open("/etc/gpuinfra/health.json"))
+state = json.load(open("{STATE}"))
+state["unknown_since"] -= settings["unknown_limit"] + 60
+json.dump(state, open("{STATE}", "w"))
+"""
+
+
+def _unknown_in_prometheus() -> bool:
+    query = 'query?query=gpuinfra_health_verdict{instance="gpu02",verdict="unknown"}'
+    return [r["value"][1] for r in prometheus_api(SANDBOX_CLUSTER, "http", query)["result"]] == ["1"]
+
+
+def test_a_check_that_cannot_look_leaves_the_node_in_service_until_its_limit(
+    interval: int, one_interval: float
+) -> None:
+    """gpu02's kernel log moved away, as a rotation across the fleet would move it: its checks answer unknown,
+    gpu02 stays in service through several intervals, and Prometheus reads the verdict from the node exporter.
+    With the unknown older than health.check.unknown_limit, the next check drains gpu02 with a reason that says
+    why; the log back, the next check resumes it."""
+    _restore()
+    moved = f"{EMULATED_KERNEL_LOG}.moved"
+    assert on_host("gpu02", "mv", EMULATED_KERNEL_LOG, moved).returncode == 0
+    try:
+        time.sleep(interval * 3 + 2)
+        assert node("gpu02") in (("idle", ""), ("mixed", "")), node("gpu02")
+        done = on_host("gpu02", "gpuinfra-health", "--no-action", "--json")
+        verdict = json.loads(done.stdout)
+        assert (done.returncode, verdict["verdict"], verdict["problems"]) == (3, "unknown", []), done.stdout
+        assert verdict["unknown"][0].startswith("cannot read the kernel log, XIDs are unchecked"), verdict
+        wait_for("Prometheus reads gpu02's unknown verdict", _unknown_in_prometheus, 120)
+
+        aged = on_host("gpu02", "flock", f"{STATE}.lock", "python3", "-c", shlex.quote(AGED))
+        assert aged.returncode == 0, aged.stderr
+        took = wait_for("gpu02 drained past the unknown limit", lambda: drained(node("gpu02")[0]), one_interval)
+        print(f"gpu02 drained {took:.1f} s after its unknown passed the limit")
+        reason = node("gpu02")[1]
+        assert reason.startswith("gpuinfra-health: unknown for ") and "cannot read the kernel log" in reason, reason
+    finally:
+        on_host("gpu02", "mv", moved, EMULATED_KERNEL_LOG)
+    wait_for("gpu02 resumed once its check could look", lambda: not drained(node("gpu02")[0]), one_interval)
+
+
+def _spared(host: str) -> bool:
+    metrics = on_host(host, "cat", "/var/lib/prometheus/node-exporter/gpuinfra_health.prom").stdout
+    return "gpuinfra_health_spared 1" in metrics.splitlines()
+
+
+def test_a_fault_on_every_gpu_node_takes_at_most_the_limit_out(interval: int, one_interval: float) -> None:
+    """Both GPU nodes lose a GPU at once, as a fault of the check itself would show everywhere: with the sandbox's
+    limit (10% of a partition's nodes, at least 1) one is drained, the other stays in service, unhealthy, says so to
+    the node exporter, takes jobs, and GpuHealthSpared fires in the real Prometheus. Two checks in the same second
+    each see the other still in service: the later drain is undone within its own check, so a second drained node
+    is seen for a moment at most."""
+    _restore()
+    try:
+        for host in ("gpu01", "gpu02"):
+            assert on_host(host, SWITCH, "gpu-missing").returncode == 0
+        wait_for("a GPU node drained", lambda: any(drained(node(h)[0]) for h in ("gpu01", "gpu02")), one_interval)
+        both = []
+        for _ in range(int(3 * interval)):
+            both.append(all(drained(node(h)[0]) for h in ("gpu01", "gpu02")))
+            time.sleep(1)
+        assert not any(a and b for a, b in itertools.pairwise(both)), both  # never two samples running
+        [out] = [h for h in ("gpu01", "gpu02") if drained(node(h)[0])]
+        [kept] = [h for h in ("gpu01", "gpu02") if h != out]
+        assert node(out)[1] == "gpuinfra-health: 1 of 2 GPUs visible", node(out)
+        assert node(kept) in (("idle", ""), ("mixed", "")) and _spared(kept), node(kept)
+        job = on_host("ctl01", "runuser", "-u", "alice", "--", "srun", "--partition=vision", "--chdir=/tmp",
+                      "--immediate=60", f"--nodelist={kept}", "hostname")  # fmt: skip
+        assert (job.returncode, job.stdout.strip()) == (0, kept), job.stderr
+        firing = f'query?query=ALERTS{{alertname="GpuHealthSpared",alertstate="firing",instance="{kept}"}}'
+        wait_for("GpuHealthSpared firing", lambda: bool(prometheus_api(SANDBOX_CLUSTER, "http", firing)["result"]), 180)
+    finally:
+        _restore()
+    for host in ("gpu01", "gpu02"):
+        wait_for(f"{host} in service", lambda host=host: not drained(node(host)[0]), one_interval)
