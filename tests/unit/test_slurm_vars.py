@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import hostlist
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
@@ -135,6 +136,31 @@ def test_thousand_nodes_render_one_line_per_group() -> None:
     assert variables["slurm_common_gres"] == [
         {"nodes": "gpu[0001-1000]", "type": "h100", "file": "/dev/nvidia0", "shards": 0}
     ]
+
+
+def test_nodes_carry_their_addresses_so_slurmctld_never_resolves_their_names() -> None:
+    """The sandbox's cluster file gives every address: its NodeName line names them in the hostlist's order."""
+    lines = [line for line in conf(rendered(SANDBOX)["slurm/slurm.conf"]) if "NodeName" in line]
+    addresses = load_cluster(SANDBOX).resolved.hosts
+    assert [(line["NodeName"], line["NodeAddr"]) for line in lines] == [
+        ("gpu[01-02]", f"{addresses['gpu01'].address},{addresses['gpu02'].address}")
+    ]
+
+
+def test_a_large_addressed_group_is_cut_into_short_lines() -> None:
+    model = _cluster()
+    groups = dict(model.node_groups)
+    hosts = [f"gpu{i:03d}" for i in range(1, 131)]
+    groups["gpu"] = groups["gpu"].model_copy(
+        update={
+            "hosts": "gpu[001-130]",
+            "addresses": {h: f"10.0.{i // 200}.{i % 200 + 1}" for i, h in enumerate(hosts)},
+        }
+    )
+    lines = slurm.group_vars(resolve(model.model_copy(update={"node_groups": groups})))["slurm_common_nodes"]
+    assert [line["names"] for line in lines] == ["gpu[001-064]", "gpu[065-128]", "gpu[129-130]"]
+    assert lines[2]["addresses"] == "10.0.0.129,10.0.0.130"
+    assert all(len(line["addresses"].split(",")) == len(hostlist.expand_hostlist(line["names"])) for line in lines)
 
 
 def test_gres_types_stay_distinct_when_families_collide() -> None:

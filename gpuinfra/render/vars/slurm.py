@@ -136,9 +136,26 @@ def _node_line(group: NodeGroup, gres: list[str]) -> dict[str, Any]:
     return node
 
 
+# Nodes per NodeName line when the line carries their addresses: slurm.conf's lines stay short (Slurm reads a line
+# into a fixed buffer), and a 10,000-node group's line is cut into chunks.
+NODES_PER_ADDRESSED_LINE = 64
+
+
 def nodes(rc: ResolvedCluster, gpus: GpuGres) -> list[dict[str, Any]]:
-    """One NodeName line per compute node group, with its whole GPUs and MIG slices as GRES."""
-    return list(_node_lines(rc, gpus).values())
+    """The NodeName lines: one per compute node group, with its whole GPUs and MIG slices as GRES, and each node's
+    address from the cluster file (NodeAddr) where it is not the node's name, so that slurmctld never waits on name
+    resolution (a node added before its machine is up)."""
+    out = []
+    for line in _node_lines(rc, gpus).values():
+        names = hostlist.expand_hostlist(line["names"])
+        addresses = [rc.hosts[name].address for name in names]
+        if addresses == names:
+            out.append(line)
+            continue
+        for start in range(0, len(names), NODES_PER_ADDRESSED_LINE):
+            chunk = slice(start, start + NODES_PER_ADDRESSED_LINE)
+            out.append({**line, "names": _hostlist(names[chunk]), "addresses": ",".join(addresses[chunk])})
+    return out
 
 
 def _node_lines(rc: ResolvedCluster, gpus: GpuGres) -> dict[str, dict[str, Any]]:
