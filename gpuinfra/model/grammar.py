@@ -277,6 +277,24 @@ ImageRef = Annotated[
 
 # -- text ---------------------------------------------------------------------------------------------------------
 
+# A slurm.conf parameter passed through (slurm.extra_config): Slurm's CamelCase names, and values without spaces,
+# quotes or comment signs, so that one entry is one `Key=Value` line and nothing more.
+SLURM_KEY_PATTERN = r"[A-Z][A-Za-z0-9]{1,63}"
+SlurmKey = Annotated[
+    str,
+    Grammar("a slurm.conf parameter name such as MessageTimeout", 64, _matches(SLURM_KEY_PATTERN), SLURM_KEY_PATTERN),
+]
+SLURM_VALUE_PATTERN = r"[A-Za-z0-9_.,:=/@%+*\-]+"
+SlurmValue = Annotated[
+    str,
+    Grammar(
+        "a slurm.conf value: letters, digits and _ . , : = / @ % + * -, without spaces",
+        1024,
+        _matches(SLURM_VALUE_PATTERN),
+        SLURM_VALUE_PATTERN,
+    ),
+]
+
 Text = Annotated[str, Grammar("single-line text", 256, lambda _: None)]
 """Free text (a description): one line, no control characters, no template delimiters."""
 

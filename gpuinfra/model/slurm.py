@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .base import Model
 from .grammar import (
@@ -17,7 +17,9 @@ from .grammar import (
     Name,
     NonNegativeInt,
     PositiveInt,
+    SlurmKey,
     SlurmTime,
+    SlurmValue,
     Text,
     UnixName,
 )
@@ -28,6 +30,53 @@ NO_SUSPEND = (
     "suspend cannot free GPUs: Slurm keeps a suspended job's GPUs (GRES), so a job waiting for them never preempts "
     "it; use requeue or cancel"
 )
+
+
+# slurm.conf's parameters gpuinfra writes (roles/slurm_common/templates/slurm.conf.j2; a test keeps the two equal),
+# each with what sets it: slurm.extra_config may not name them.
+OWNED_SLURM_KEYS = {
+    **dict.fromkeys(
+        ["AccountingStorageEnforce", "AccountingStorageHost", "AccountingStorageTRES", "AccountingStorageType"],
+        "slurm.accounting and the node group with the slurm_dbd role",
+    ),
+    **dict.fromkeys(["AuthType", "CredType"], "gpuinfra (Munge)"),
+    "ClusterName": "slurm.cluster_name",
+    "DefMemPerCPU": "the node groups' memory_mb and cpus",
+    "EnforcePartLimits": "slurm.partitions",
+    **dict.fromkeys(["Epilog", "Prolog", "PrologFlags"], "gpuinfra's job scripts (health.check.on_job_start, ...)"),
+    "GresTypes": "the node groups' gpu",
+    **dict.fromkeys(["HealthCheckInterval", "HealthCheckNodeState", "HealthCheckProgram"], "health.check"),
+    **dict.fromkeys(["JobAcctGatherType", "ProctrackType", "TaskPlugin"], "slurm.cgroups"),
+    "JobCompType": "slurm.accounting",
+    "NodeName": "node_groups",
+    "PartitionName": "slurm.partitions",
+    **dict.fromkeys(["PreemptMode", "PreemptParameters", "PreemptType"], "slurm.preempt_mode"),
+    **dict.fromkeys(
+        ["PriorityDecayHalfLife", "PriorityType", "PriorityWeightAge", "PriorityWeightFairshare"], "slurm.priority"
+    ),
+    **dict.fromkeys(["PriorityWeightJobSize", "PriorityWeightPartition", "PriorityWeightQOS"], "slurm.priority"),
+    "ReturnToService": "gpuinfra (the health checks resume their own drains)",
+    **dict.fromkeys(["SchedulerParameters", "SchedulerType"], "gpuinfra (nohold_on_prolog_fail, ...)"),
+    **dict.fromkeys(["SelectType", "SelectTypeParameters"], "gpuinfra (cons_tres, with GPUs as GRES)"),
+    "SlurmctldHost": "the node group with the slurm_controller role",
+    **dict.fromkeys(["SlurmUser", "SlurmctldLogFile", "SlurmdLogFile"], "gpuinfra (the Slurm roles)"),
+    **dict.fromkeys(["SlurmdSpoolDir", "StateSaveLocation"], "gpuinfra (the Slurm roles)"),
+    "SlurmctldParameters": "slurm.configless",
+    "TopologyPlugin": "slurm.topology",
+}
+# Lines that are not parameters, or that would make Slurm read other files.
+STRUCTURAL_SLURM_KEYS = ("DownNodes", "FrontendName", "Include", "NodeSet")
+
+
+def _not_owned(key: str) -> str:
+    if key in OWNED_SLURM_KEYS:
+        raise ValueError(f"{key} is set from {OWNED_SLURM_KEYS[key]}: set that instead")
+    if key in STRUCTURAL_SLURM_KEYS:
+        raise ValueError(f"{key} is not a parameter gpuinfra can pass through")
+    return key
+
+
+ExtraSlurmKey = Annotated[SlurmKey, AfterValidator(_not_owned)]
 
 
 def _refuse_suspend(value: object) -> object:
@@ -181,3 +230,7 @@ class Slurm(Model):
     """slurmd (and sackd on login nodes, from Slurm 23.11) fetch slurm.conf and the rest from slurmctld, so only
     the controller keeps them: adding a node rewrites no other host. MIG node groups, and login nodes whose Slurm
     has no sackd, still keep a copy. false writes the files on every Slurm host."""
+    extra_config: dict[ExtraSlurmKey, SlurmValue] = {}
+    """slurm.conf parameters gpuinfra does not model, one `Key=Value` line each (`MessageTimeout: "30"`). A parameter
+    gpuinfra writes is refused, naming the field that sets it. Slurm checks the names and values when it reads the
+    file: a wrong one stops the apply at the controller's restart, before any node takes it."""

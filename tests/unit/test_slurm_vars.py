@@ -6,6 +6,7 @@ Regenerate the golden files with `GPUINFRA_UPDATE_GOLDEN=1 pytest tests/unit/tes
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from gpuinfra.model import Cluster
+from gpuinfra.model.slurm import OWNED_SLURM_KEYS
 from gpuinfra.render.artifacts import Artifact
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.plan import render
@@ -161,6 +163,22 @@ def test_a_large_addressed_group_is_cut_into_short_lines() -> None:
     assert [line["names"] for line in lines] == ["gpu[001-064]", "gpu[065-128]", "gpu[129-130]"]
     assert lines[2]["addresses"] == "10.0.0.129,10.0.0.130"
     assert all(len(line["addresses"].split(",")) == len(hostlist.expand_hostlist(line["names"])) for line in lines)
+
+
+def test_extra_parameters_are_written_one_line_each_before_the_nodes() -> None:
+    model = _cluster()
+    model.slurm.extra_config.update(MessageTimeout="30", SchedulerTimeSlice="60")  # type: ignore[union-attr]
+    text = render(resolve(model), only=list(slurm.ARTIFACTS))
+    conf_text = next(r.content for r in text if r.artifact.path == "slurm/slurm.conf")
+    lines = conf_text.splitlines()
+    assert lines.index("MessageTimeout=30") + 1 == lines.index("SchedulerTimeSlice=60") < lines.index("# Nodes")
+
+
+def test_every_parameter_the_template_writes_is_owned() -> None:
+    """slurm.extra_config refuses exactly the parameters slurm.conf.j2 writes: a parameter added to the template
+    must name the field that sets it in OWNED_SLURM_KEYS."""
+    template = (ROOT / "roles" / "slurm_common" / "templates" / "slurm.conf.j2").read_text()
+    assert set(re.findall(r"^([A-Z][A-Za-z]+)=", template, re.M)) == set(OWNED_SLURM_KEYS)
 
 
 def test_gres_types_stay_distinct_when_families_collide() -> None:

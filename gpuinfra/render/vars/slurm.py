@@ -384,6 +384,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     return {
         "slurm_common_cluster_name": cluster,
         "slurm_common_nodes": nodes(rc, gpus),
+        "slurm_common_extra_config": dict(slurm.extra_config),
         "slurm_common_partitions": partitions(model, slurm),
         "slurm_common_gres": gres(rc, gpus),
         "slurm_common_gres_includes": mig_gres_includes(gpus),
