@@ -419,5 +419,4 @@ def test_a_fault_on_every_gpu_node_takes_at_most_the_limit_out(interval: int, on
         wait_for("GpuHealthSpared firing", lambda: bool(prometheus_api(SANDBOX_CLUSTER, "http", firing)["result"]), 180)
     finally:
         _restore()
-    for host in ("gpu01", "gpu02"):
-        wait_for(f"{host} in service", lambda host=host: not drained(node(host)[0]), one_interval)
+    wait_for("both in service", lambda: not any(drained(node(h)[0]) for h in ("gpu01", "gpu02")), one_interval)
