@@ -38,6 +38,14 @@ class Alerts(Model):
     """GPU utilisation below which an allocated GPU counts as idle (`GpuIdleWhileAllocated`, info)."""
     idle_for: Duration = "30m"
     """How long an allocated GPU must stay idle before the alert fires."""
+    power_throttle_pct: Percent = 20
+    """Share of time, in percent over 5 minutes, a GPU was held back by its power limit (DCGM's power violation
+    time) above which `GpuPowerThrottled` fires (warning): it draws at its limit, and its jobs run slower."""
+    thermal_throttle_pct: Percent = 5
+    """Share of time a GPU was held back by heat (DCGM's thermal violation time) above which `GpuThermalThrottled`
+    fires (warning): a cooling problem."""
+    throttle_for: Duration = "10m"
+    """How long a throttling share must stay above its threshold before its alert fires."""
     node_down_for: Duration = "2m"
     """How long a node exporter, GPU exporter or Slurm node may be unreachable or down before its alert fires."""
     kernel_update_pending_for: Duration = "14d"

@@ -221,6 +221,38 @@ CASES: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    # DCGM's violation counters add microseconds held back: 9e6 per 30 s is 30% of the time, 6e6 is 20%.
+    "GpuPowerThrottled": {
+        "series": {
+            dcgm("DCGM_FI_DEV_POWER_VIOLATION", "gpu01", "0"): "0+9000000x40",  # 30%: past 20%
+            dcgm("DCGM_FI_DEV_POWER_VIOLATION", "gpu01", "1"): "0+6000000x40",  # 20%: inside
+            dcgm("DCGM_FI_DEV_POWER_VIOLATION", "gpu01", "2"): "0+9000000x10 90000000x30",  # 5 minutes only
+        },
+        "evals": {"8m": [], "16m": [alert("GpuPowerThrottled", "warning", **gpu_labels("gpu01", "0"))]},
+    },
+    "GpuThermalThrottled": {
+        "series": {
+            dcgm("DCGM_FI_DEV_THERMAL_VIOLATION", "gpu01", "0"): "0+3000000x40",  # 10%: past 5%
+            dcgm("DCGM_FI_DEV_THERMAL_VIOLATION", "gpu01", "1"): "0+1500000x40",  # 5%: inside
+        },
+        "evals": {"8m": [], "16m": [alert("GpuThermalThrottled", "warning", **gpu_labels("gpu01", "0"))]},
+    },
+    # Clock event reasons: 0x8 HW slowdown, 0x40 HW thermal (with 0x1 idle), 0x80 power brake fire; 0x4 (the
+    # software power cap), 0x20 (software thermal) and 0x1 (idle) alone do not.
+    "GpuHardwareSlowdown": {
+        "series": {
+            dcgm("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gpu01", str(gpu)): f"{value}x10"
+            for gpu, value in enumerate((8, 65, 4, 1, 128, 32))
+        },
+        "evals": {
+            "1m": [],
+            "3m": [
+                alert("GpuHardwareSlowdown", "critical", **gpu_labels("gpu01", "0")),
+                alert("GpuHardwareSlowdown", "critical", **gpu_labels("gpu01", "1")),
+                alert("GpuHardwareSlowdown", "critical", **gpu_labels("gpu01", "4")),
+            ],
+        },
+    },
     "GpuHealthUnknown": {
         "series": {
             'gpuinfra_health_verdict{job="node", instance="gpu01", verdict="unknown"}': "1x10",
