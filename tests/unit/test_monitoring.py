@@ -566,6 +566,62 @@ def test_job_collector_writes_the_failure_and_no_job_when_squeue_fails(broken: s
     assert "gpuinfra_slurm_job_" not in out.read_text()
 
 
+# sacct --parsable2 with SLURM_TIME_FORMAT=%s: JobID|User|Account|Partition|End.
+SACCT = """\
+2101|alice|physics|gpu|1764990000
+2102_3|bob|chemistry|l40s|1764990100
+not|a|job|line
+2103|carol|physics|gpu|Unknown
+"""
+
+
+def test_job_collector_lists_the_jobs_killed_for_memory() -> None:
+    module = job_collector()
+    text = module.render(module.parse(SQUEUE), module.parse_oom(SACCT))
+    lines = text.splitlines()
+    assert "gpuinfra_slurm_sacct_success 1" in lines
+    oom = [line for line in lines if line.startswith("gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{")]
+    assert oom == [
+        'gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{hpc_job="2101",user="alice",account="physics",'
+        'partition="gpu"} 1764990000',
+        'gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{hpc_job="2102_3",user="bob",account="chemistry",'
+        'partition="l40s"} 1764990100',
+    ]
+    assert "gpuinfra_slurm_sacct_success" not in module.render(module.parse(SQUEUE))  # not asked: no accounting
+
+
+@needs_promtool
+@pytest.mark.parametrize("oom", ["listed", "none", "failed"])
+def test_job_collector_out_of_memory_output_passes_promtool(oom: str) -> None:
+    module = job_collector()
+    text = module.render(module.parse(SQUEUE), {"listed": module.parse_oom(SACCT), "none": [], "failed": None}[oom])
+    checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"gpuinfra_slurm_sacct_success {0 if oom == 'failed' else 1}" in text
+    assert ("gpuinfra_slurm_job_out_of_memory" in text) == (oom == "listed")
+
+
+def test_job_collector_asks_sacct_for_every_users_jobs_killed_for_memory_in_the_last_hour(tmp_path: Path) -> None:
+    out = tmp_path / "gpuinfra_slurm_jobs.prom"
+    squeue = _fake_squeue(tmp_path, SQUEUE)
+    sacct = tmp_path / "sacct"
+    sacct.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" "$SLURM_TIME_FORMAT" > {tmp_path}/sacct-args\ncat <<EOF\n{SACCT}EOF\n'
+    )
+    sacct.chmod(0o755)
+    assert job_collector().main(["--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 0
+    assert (tmp_path / "sacct-args").read_text().splitlines() == [
+        "--allocations", "--allusers", "--noheader", "--parsable2", "--state=OUT_OF_MEMORY",
+        "--starttime=now-1hours", "--endtime=now", "--format=JobID,User,Account,Partition,End", "%s",
+    ]  # fmt: skip
+    assert 'hpc_job="2101"' in out.read_text()
+
+    sacct.write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database' >&2\nexit 1\n")
+    assert job_collector().main(["--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 1
+    assert "gpuinfra_slurm_sacct_success 0" in out.read_text().splitlines()
+    assert "out_of_memory" not in out.read_text() and "gpuinfra_slurm_job_info{" in out.read_text()
+
+
 def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo(
     collections: Path, tmp_path: Path
 ) -> None:
@@ -578,6 +634,7 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
         **yaml_load((role / "vars" / "main.yml").read_text()),
     }
     used: tuple[str, ...] = ("node_exporter_slurm_squeue", "node_exporter_slurm_sinfo", "node_exporter_textfile_dir")
+    used += ("node_exporter_slurm_sacct",)
     used += ("__node_exporter_slurm_textfile", "__node_exporter_slurm_jobs_textfile")
     [out] = render_template(
         collections, [("node_exporter/templates/gpuinfra-slurm-node-state.service.j2", {k: variables[k] for k in used})]
@@ -589,6 +646,8 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
         "/usr/local/sbin/gpuinfra-slurm-jobs",
         "--squeue",
         "/usr/bin/squeue",
+        "--sacct",
+        "/usr/bin/sacct",
         "--output",
         f"{folder}/gpuinfra_slurm_jobs.prom",
     ]
@@ -642,7 +701,8 @@ def known_metrics() -> frozenset[str]:
     """Every metric that exists where the dashboards and rules run."""
     node = {line for line in (DATA / "node_exporter_metrics.txt").read_text().splitlines() if not line.startswith("#")}
     dcgm = {line.split(",")[0].strip() for line in COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_")}
-    slurm_text = collector().render(collector().parse(SINFO)) + job_collector().render(job_collector().parse(SQUEUE))
+    jobs = job_collector()
+    slurm_text = collector().render(collector().parse(SINFO)) + jobs.render(jobs.parse(SQUEUE), jobs.parse_oom(SACCT))
     slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", slurm_text, re.M))
     kernel_module = _script(KERNEL_COLLECTOR)
     kernel_text = kernel_module.render({"linux-image-amd64": kernel_module.Entry("6.1.192-3", "available", 1.0)}, True)

@@ -253,6 +253,27 @@ CASES: dict[str, dict[str, Any]] = {
             ],
         },
     },
+    "SlurmJobOutOfMemory": {
+        "series": {
+            'gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{job="node", instance="ctl01", '
+            'hpc_job="2101", user="alice", account="physics", partition="gpu"}': "1764990000x4",
+        },
+        "evals": {
+            "0s": [
+                alert(
+                    "SlurmJobOutOfMemory",
+                    "warning",
+                    job="node",
+                    instance="ctl01",
+                    hpc_job="2101",
+                    user="alice",
+                    account="physics",
+                    partition="gpu",
+                )
+            ],
+            "8m": [],  # no longer listed (an hour has passed) and past the 5 minutes Prometheus looks back
+        },
+    },
     "GpuHealthUnknown": {
         "series": {
             'gpuinfra_health_verdict{job="node", instance="gpu01", verdict="unknown"}': "1x10",

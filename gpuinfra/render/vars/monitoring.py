@@ -144,6 +144,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "node_exporter_listen_host": listen_host,
         "node_exporter_basic_auth": mon.basic_auth,
         "node_exporter_slurm_state_hosts": _slurm_state_hosts(rc),
+        # Without accounting no sacct answers: the jobs killed for memory are not asked for.
+        **({} if rc.model.slurm is None or rc.model.slurm.accounting else {"node_exporter_slurm_sacct": ""}),
         **_dcgm_vars(rc),
         "prometheus_listen_host": listen_host,
         "prometheus_retention": mon.retention,

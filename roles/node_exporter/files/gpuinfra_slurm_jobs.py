@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""Write the running Slurm jobs as Prometheus metrics for the node exporter's textfile collector.
+"""Write the running Slurm jobs, and the jobs killed for memory, as Prometheus metrics for the node exporter's
+textfile collector.
 
 Per running job: who runs it (user, account, partition) and how many GPUs it holds. The DCGM exporter labels each
 allocated GPU with the job's id (hpc_job, from the job mapping the prolog writes), so Prometheus can join GPU use
-to accounts. Like the node state collector, the file is replaced atomically, so the collector never reads half of
-it; when squeue fails, the file says so (gpuinfra_slurm_squeue_success 0) and lists no job, never stale ones.
+to accounts. With --sacct, the jobs that ended OUT_OF_MEMORY within the last hour, from Slurm's accounting, with
+when they ended (the SlurmJobOutOfMemory alert names each with its user). Like the node state collector, the file
+is replaced atomically, so the collector never reads half of it; when squeue or sacct fails, the file says so
+(gpuinfra_slurm_squeue_success or gpuinfra_slurm_sacct_success 0) and lists none of its jobs, never stale ones.
 """
 
 from __future__ import annotations
@@ -22,6 +25,21 @@ from dataclasses import dataclass
 FIELDS = ("JobID", "UserName", "Account", "Partition", "NumNodes", "tres-alloc", "tres-per-job", "tres-per-node")
 SQUEUE_FORMAT = ",".join(f"{field}:|" for field in FIELDS)
 EMPTY = {"", "n/a", "(null)"}
+
+
+# sacct's fields for the jobs killed for memory, and how far back it looks: the alert lasts as long.
+SACCT_FIELDS = ("JobID", "User", "Account", "Partition", "End")
+OOM_WINDOW = "1hours"
+
+
+@dataclass(frozen=True)
+class OomJob:
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    end: int
+    """Unix time (sacct with SLURM_TIME_FORMAT=%s)."""
 
 
 @dataclass(frozen=True)
@@ -94,17 +112,37 @@ def parse(text: str) -> list[Job]:
     return [jobs[key] for key in sorted(jobs, key=int)]
 
 
+def parse_oom(text: str) -> list[OomJob]:
+    """sacct --parsable2 lines -> the jobs killed for memory, one per job id; lines that do not read are skipped."""
+    jobs: dict[str, OomJob] = {}
+    for line in text.splitlines():
+        parts = [part.strip() for part in line.split("|")]
+        if len(parts) != len(SACCT_FIELDS) or not parts[4].isdigit() or not parts[0]:
+            if line.strip():
+                print(f"sacct line not understood, skipped: {line!r}", file=sys.stderr)
+            continue
+        job_id, user, account, partition, end = parts
+        jobs[job_id] = OomJob(job_id, user, account, partition, int(end))
+    return [jobs[key] for key in sorted(jobs)]
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(jobs: list[Job] | None) -> str:
-    """The textfile for these jobs; None means squeue failed."""
+NOT_ASKED: list[OomJob] = []
+
+
+def render(jobs: list[Job] | None, oom: list[OomJob] | None = NOT_ASKED) -> str:
+    """The textfile for these jobs; None means squeue (or sacct, for `oom`) failed; NOT_ASKED, that sacct was not
+    asked (no accounting)."""
     out = [
         "# HELP gpuinfra_slurm_squeue_success 1 when squeue answered, 0 when it failed.",
         "# TYPE gpuinfra_slurm_squeue_success gauge",
         f"gpuinfra_slurm_squeue_success {0 if jobs is None else 1}",
     ]
+    if oom is not NOT_ASKED:
+        out += _render_oom(oom)
     if jobs is None:
         return "\n".join(out) + "\n"
     out += [
@@ -124,6 +162,26 @@ def render(jobs: list[Job] | None) -> str:
     return "\n".join(out) + "\n"
 
 
+def _render_oom(jobs: list[OomJob] | None) -> list[str]:
+    out = [
+        "# HELP gpuinfra_slurm_sacct_success 1 when sacct answered, 0 when it failed.",
+        "# TYPE gpuinfra_slurm_sacct_success gauge",
+        f"gpuinfra_slurm_sacct_success {0 if jobs is None else 1}",
+    ]
+    if not jobs:
+        return out
+    out += [
+        "# HELP gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds When a job killed for memory ended.",
+        "# TYPE gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds gauge",
+    ]
+    out += [
+        f'gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{{hpc_job="{_label(j.job_id)}",user="{_label(j.user)}",'
+        f'account="{_label(j.account)}",partition="{_label(j.partition)}"}} {j.end}'
+        for j in jobs
+    ]
+    return out
+
+
 def write_atomically(path: str, content: str) -> None:
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpuinfra_slurm_jobs.", suffix=".tmp")
@@ -140,6 +198,7 @@ def write_atomically(path: str, content: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--squeue", default="squeue")
+    parser.add_argument("--sacct", default="", help="the jobs killed for memory from this sacct (none: not asked)")
     parser.add_argument("--output", required=True)
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
@@ -157,8 +216,29 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, subprocess.SubprocessError) as exc:
         print(f"squeue failed: {exc}", file=sys.stderr)
         jobs = None
-    write_atomically(args.output, render(jobs))
-    return 0 if jobs is not None else 1
+    oom = out_of_memory(args.sacct, args.timeout) if args.sacct else NOT_ASKED
+    write_atomically(args.output, render(jobs, oom))
+    return 0 if jobs is not None and oom is not None else 1
+
+
+def out_of_memory(sacct: str, timeout: float) -> list[OomJob] | None:
+    """The jobs of every user that ended OUT_OF_MEMORY within OOM_WINDOW; None when sacct fails."""
+    command = [sacct, "--allocations", "--allusers", "--noheader", "--parsable2", "--state=OUT_OF_MEMORY",
+               f"--starttime=now-{OOM_WINDOW}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}"]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=True,
+            env={**os.environ, "SLURM_TIME_FORMAT": "%s"},
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"sacct failed: {exc}", file=sys.stderr)
+        return None
+    return parse_oom(done.stdout)
 
 
 if __name__ == "__main__":
