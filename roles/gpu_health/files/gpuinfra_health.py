@@ -232,6 +232,11 @@ def drain_reason(verdict: dict[str, Any], xids: Sequence[dict[str, Any]], gpu_in
         what = f"{verdict['gpu_count']} of {verdict['expected_count']} GPUs visible"
     else:
         what = next(iter(verdict["problems"]), "unhealthy")
+    return reason_text(what)
+
+
+def reason_text(what: str) -> str:
+    """The prefix and `what` on one line, cut to REASON_LENGTH."""
     text = " ".join(f"{REASON_PREFIX} {what}".split())
     return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."
 
@@ -824,8 +829,7 @@ def unknown_for(verdict: dict[str, Any], state: dict[str, Any], config: dict[str
 def unknown_reason(verdict: dict[str, Any], held: float) -> str:
     """`gpuinfra-health: unknown for 31m: cannot read the kernel log, ...`: the first thing no check could see."""
     what = next(iter(verdict["unknown"]), "a check could not look")
-    text = " ".join(f"{REASON_PREFIX} unknown for {held / 60:.0f}m: {what}".split())
-    return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."
+    return reason_text(f"unknown for {held / 60:.0f}m: {what}")
 
 
 def write_metrics(path: str, verdict: dict[str, Any], state: dict[str, Any], action: str) -> None:
