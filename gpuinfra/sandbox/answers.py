@@ -2,8 +2,8 @@
 
 RECORDING is `nvidia-smi -q -x` of an H100 (driver 580.159.04, DTD v13; tests/unit/data/nvidia-smi/README.md). Each
 emulated GPU is its GPU element given an L4's identity (the sandbox clusters' model) and a PCI slot of its own; a
-fault changes only what the fault changes. The stand-in nvidia-smi (gpus/nvidia-smi) answers with the state a node
-is set to and the version of the driver installed on the node.
+fault changes only what the fault changes. The stand-in nvidia-smi (gpus/nvidia_smi.py, run as gpus/nvidia-smi)
+answers with the state a node is set to and the version of the driver installed on the node.
 
     python -m gpuinfra.sandbox.answers   # writes gpus/*.xml again; tests/unit/test_sandbox_answers.py checks them
 """
