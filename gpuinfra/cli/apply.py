@@ -100,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
         _print_plan(output, args, loaded, targets)
 
     if not args.check and not args.yes:
-        if not sys.stdin.isatty():
-            return output.refuse("stdin is not a terminal, so no one can confirm; pass --yes to apply anyway")
-        if not _confirm(output, len(targets)):
+        answer = output.confirm(f"Apply to {len(targets)} host{'s' if len(targets) != 1 else ''}?")
+        if answer is None:
+            return exitcodes.INVALID_INPUT
+        if not answer:
             return output.fail("apply cancelled; nothing was run", exitcodes.CANCELLED)
 
     options = RunOptions(
@@ -140,15 +141,6 @@ def _print_plan(output: Output, args: argparse.Namespace, loaded: LoadedCluster,
     if files:
         lines.append(f"  {files} configuration files rendered from the model (`gpuinfra plan` shows them)")
     output.console.print(Text("\n".join(lines)))
-
-
-def _confirm(output: Output, count: int) -> bool:
-    output.human.write(f"\nApply to {count} host{'s' if count != 1 else ''}? Only 'yes' is accepted: ")
-    output.human.flush()
-    try:
-        return sys.stdin.readline().strip() == "yes"
-    except EOFError:
-        return False
 
 
 def _result(output: Output, args: argparse.Namespace, result: RunResult, targets: list[str]) -> int:

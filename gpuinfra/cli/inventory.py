@@ -1,4 +1,5 @@
-"""`gpuinfra inventory FILE`: the Ansible inventory, as `ansible-inventory --list --export` prints it."""
+"""`gpuinfra inventory FILE`: the Ansible inventory, as `ansible-inventory --list --export` prints it (for Ansible and
+other tools); with --json inside the document every verb prints."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from .output import Output, print_json
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("inventory", help="print the Ansible inventory with typed vars as JSON")
     parser.add_argument("file", nargs="?", default=DEFAULT_CLUSTER, metavar="FILE")
-    parser.add_argument("--json", action="store_true", help="diagnostics as JSON too (the inventory is always JSON)")
+    parser.add_argument("--json", action="store_true", help="the inventory in the JSON document every verb prints")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = Output("inventory", args.json, args.file).load()
+    output = Output("inventory", args.json, args.file)
+    loaded = output.load()
     if loaded is None:
         return exitcodes.INVALID_INPUT
-    print_json(inventory_list(loaded.resolved))
+    inventory = inventory_list(loaded.resolved)
+    if args.json:
+        return output.finish({"status": "ok", "inventory": inventory}, exitcodes.OK)
+    print_json(inventory)
     return exitcodes.OK

@@ -2,7 +2,9 @@
 
 Human text goes to stdout, or to stderr under --json so that stdout holds the document alone; errors always go to
 stderr as `gpuinfra VERB: message`. Every document ends with the verb's `exit_code`, and its `status` is the verb's
-own word for a run that went through (`ok`, `healthy`, ...) or one of `invalid`, `failed` and `cancelled`.
+own word for a run that went through (`ok`, `healthy`, ...) or one of `invalid`, `failed` and `cancelled`. Two verbs
+print another tool's document without --json: `inventory` (Ansible's inventory) and `schema` (a JSON Schema); with
+--json, it is a field of theirs. A verb that asks before it acts asks through `Output.confirm`.
 """
 
 from __future__ import annotations
@@ -75,6 +77,19 @@ class Output:
         count = len(exc.errors)
         print(f"{self.file}: {count} error{'s' if count != 1 else ''}; nothing was run", file=sys.stderr)
         return exitcodes.INVALID_INPUT
+
+    def confirm(self, question: str) -> bool | None:
+        """Ask the person at the terminal: True for 'yes' only. None, with the refusal printed, when stdin is not a
+        terminal: no one can answer, and --yes is the way to go on without asking."""
+        if not sys.stdin.isatty():
+            self.refuse("stdin is not a terminal, so no one can confirm; pass --yes to go on without asking")
+            return None
+        self.human.write(f"\n{question} Only 'yes' is accepted: ")
+        self.human.flush()
+        try:
+            return sys.stdin.readline().strip() == "yes"
+        except EOFError:
+            return False
 
     def refuse(self, message: str) -> int:
         """Input the verb cannot act on: nothing was run."""

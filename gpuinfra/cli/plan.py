@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json
-from .output import Output, print_json
+from .output import Output
 
 if TYPE_CHECKING:
     from ..render.plan import Rendered
@@ -30,11 +30,10 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _render(path: str, as_json: bool) -> list[Rendered] | int:
-    """The artifacts of one cluster file, or the exit code of the error already reported."""
+def _render(output: Output) -> list[Rendered] | int:
+    """The artifacts of output's cluster file, or the exit code of the error already reported."""
     from ..render.plan import RenderError, render  # Ansible's templar: imported by this verb only
 
-    output = Output("plan", as_json, path)
     loaded = output.load()
     if loaded is None:
         return exitcodes.INVALID_INPUT
@@ -45,29 +44,25 @@ def _render(path: str, as_json: bool) -> list[Rendered] | int:
 
 
 def run(args: argparse.Namespace) -> int:
-    rendered = _render(args.file, args.json)
+    output = Output("plan", args.json, args.file)
+    rendered = _render(output)
     if isinstance(rendered, int):
         return rendered
     if args.diff:
-        return _diff(args, rendered)
+        return _diff(args, output, rendered)
     if args.out:
         for item in rendered:
             target = args.out / item.artifact.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(item.content)
     if args.json:
-        print_json(
-            [
-                {
-                    "path": r.artifact.path,
-                    "role": r.artifact.role,
-                    "host": r.host,
-                    **({} if args.out else {"content": r.content}),
-                }
-                for r in rendered
-            ]
-        )
-    elif args.out:
+        artifacts = [
+            {"path": r.artifact.path, "role": r.artifact.role, "host": r.host}
+            | ({} if args.out else {"content": r.content})
+            for r in rendered
+        ]
+        return output.finish({"status": "ok", "artifacts": artifacts}, exitcodes.OK)
+    if args.out:
         for item in rendered:
             print(args.out / item.artifact.path)
     else:
@@ -77,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def _diff(args: argparse.Namespace, rendered: list[Rendered]) -> int:
+def _diff(args: argparse.Namespace, output: Output, rendered: list[Rendered]) -> int:
     """Each artifact that is new, gone or different from OLD's, with its unified diff; nothing else."""
-    old = _render(args.diff, args.json)
+    old = _render(Output("plan", args.json, args.diff))
     if isinstance(old, int):
         return old
     before = {item.artifact.path: item.content for item in old}
@@ -98,8 +93,8 @@ def _diff(args: argparse.Namespace, rendered: list[Rendered]) -> int:
         )
         changes.append({"path": path, "status": status, "diff": "".join(lines)})
     if args.json:
-        print_json(changes)
-    elif not changes:
+        return output.finish({"status": "ok", "old": args.diff, "changes": changes}, exitcodes.OK)
+    if not changes:
         print(f"{args.file}: no artifact differs from {args.diff}'s")
     else:
         for change in changes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -62,11 +61,10 @@ def run(args: argparse.Namespace) -> int:
     out = output.human
     _print_plan(out, args.file, plan)
     if not args.yes:
-        if not sys.stdin.isatty():
-            return output.refuse("stdin is not a terminal, so no one can confirm; pass --yes to start anyway")
-        out.write(f"\nStart on {len(plan.nodes)} node(s)? Only 'yes' is accepted: ")
-        out.flush()
-        if sys.stdin.readline().strip() != "yes":
+        answer = output.confirm(f"Start on {len(plan.nodes)} node(s)?")
+        if answer is None:
+            return exitcodes.INVALID_INPUT
+        if not answer:
             return _finish(output, plan, UpgradeOutcome("cancelled", "cancelled; nothing was run"))
 
     lock = threading.Lock()

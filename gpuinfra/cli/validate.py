@@ -10,7 +10,7 @@ from ..errors import InvalidInput
 from ..validate.load import is_mig_parted, load_cluster, load_mig_parted
 from . import exitcodes
 from .common import add_json
-from .output import print_diagnostics, print_json
+from .output import Output, print_diagnostics, status_of
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +35,5 @@ def run(args: argparse.Namespace) -> int:
                 print_diagnostics(exc.diagnostics)
                 count = len(exc.errors)
                 print(f"{path}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
-    if args.json:
-        print_json(results)
-    return exitcodes.OK if all(r["valid"] for r in results) else exitcodes.INVALID_INPUT
+    code = exitcodes.OK if all(r["valid"] for r in results) else exitcodes.INVALID_INPUT
+    return Output("validate", args.json).finish({"status": status_of(code), "files": results}, code)

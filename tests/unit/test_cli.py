@@ -33,7 +33,9 @@ def test_validate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_validate_json_lists_every_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--json", str(SMALL), str(BAD / "many_errors.yml")]) == exitcodes.INVALID_INPUT
-    results = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status"], doc["exit_code"]) == ("invalid", exitcodes.INVALID_INPUT)
+    results = doc["files"]
     assert [r["valid"] for r in results] == [True, False]
     errors = [d for d in results[1]["diagnostics"] if d["severity"] == "error"]
     assert len(errors) > 3
@@ -92,9 +94,26 @@ def test_inventory_of_an_invalid_file_exits_3(capsys: pytest.CaptureFixture[str]
     assert doc["valid"] is False and doc["diagnostics"], doc
 
 
+def test_every_verb_wraps_its_json_in_one_document(capsys: pytest.CaptureFixture[str]) -> None:
+    """inventory and schema print Ansible's inventory and a JSON Schema as they are; with --json, inside the document
+    every verb prints (its status and exit code)."""
+    assert main(["schema"]) == exitcodes.OK
+    schema = json.loads(capsys.readouterr().out)
+    assert main(["schema", "--json"]) == exitcodes.OK
+    assert json.loads(capsys.readouterr().out) == {"status": "ok", "schema": schema, "exit_code": 0}
+    assert main(["inventory", str(SMALL)]) == exitcodes.OK
+    inventory = json.loads(capsys.readouterr().out)
+    assert "_meta" in inventory
+    assert main(["inventory", "--json", str(SMALL)]) == exitcodes.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {"status": "ok", "inventory": inventory, "exit_code": 0, "file": str(SMALL)}
+
+
 def test_plan_writes_every_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(SMALL), "--out", str(tmp_path), "--json"]) == exitcodes.OK
-    listed = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status"], doc["exit_code"], doc["file"]) == ("ok", 0, str(SMALL))
+    listed = doc["artifacts"]
     assert listed, "plan rendered nothing"
     for item in listed:
         written = tmp_path / item["path"]
@@ -117,7 +136,9 @@ def test_plan_diff_shows_exactly_the_artifacts_a_new_gpu_node_changes(
     grown = tmp_path / "cluster.yml"
     grown.write_text(sandbox.read_text().replace("hosts: gpu[01-02]", "hosts: gpu[01-03]"))
     assert main(["plan", str(grown), "--diff", str(sandbox), "--json"]) == exitcodes.OK
-    changes = {c["path"]: c for c in json.loads(capsys.readouterr().out)}
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status"], doc["old"]) == ("ok", str(sandbox))
+    changes = {c["path"]: c for c in doc["changes"]}
     assert set(changes) == {"slurm/slurm.conf", "slurm/gres.conf", "monitoring/prometheus/targets/node.yml"}
     assert all(c["status"] == "changed" for c in changes.values())
     assert "+NodeName=gpu[01-03] " in changes["slurm/slurm.conf"]["diff"]
