@@ -36,8 +36,7 @@ GOLDEN = ROOT / "tests" / "unit" / "golden" / "monitoring"
 DATA = ROOT / "tests" / "unit" / "data" / "promtool"
 DASHBOARDS = ROOT / "roles" / "grafana" / "files" / "dashboards"
 COUNTERS = ROOT / "roles" / "dcgm_exporter" / "templates" / "counters.csv.j2"
-COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_node_state.py"
-JOB_COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_jobs.py"
+COLLECTOR = ROOT / "roles" / "node_exporter" / "files" / "gpuinfra_slurm_metrics.py"
 KERNEL_COLLECTOR = ROOT / "roles" / "kernel_updates" / "files" / "gpuinfra_kernel_updates.py"
 HEALTH_PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_health.py"
 
@@ -398,14 +397,8 @@ def _script(path: Path) -> ModuleType:
 
 @cache
 def collector() -> ModuleType:
-    """The Slurm node state collector."""
+    """The Slurm collector: node states (`nodes`) and jobs (`jobs`)."""
     return _script(COLLECTOR)
-
-
-@cache
-def job_collector() -> ModuleType:
-    """The Slurm job collector."""
-    return _script(JOB_COLLECTOR)
 
 
 SINFO = """\
@@ -421,7 +414,7 @@ gpu07|draining|admin
 
 
 def test_collector_reads_sinfo_states() -> None:
-    nodes = collector().parse(SINFO)
+    nodes = collector().parse_sinfo(SINFO)
     assert sorted(nodes) == [f"gpu0{i}" for i in range(1, 8)]  # gpu02 listed in two partitions counts once
     assert {n for n, v in nodes.items() if v["drained"]} == {"gpu02", "gpu04", "gpu07"}
     assert {n for n, v in nodes.items() if v["down"]} == {"gpu03", "gpu06"}
@@ -433,7 +426,7 @@ def test_collector_reads_sinfo_states() -> None:
 @pytest.mark.parametrize("nodes", ["ok", "failed"])
 def test_collector_output_passes_promtool(nodes: str) -> None:
     module = collector()
-    text = module.render(module.parse(SINFO) if nodes == "ok" else None)
+    text = module.render_nodes(module.parse_sinfo(SINFO) if nodes == "ok" else None)
     checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert ("gpuinfra_slurm_sinfo_success 1" if nodes == "ok" else "gpuinfra_slurm_sinfo_success 0") in text
@@ -441,7 +434,7 @@ def test_collector_output_passes_promtool(nodes: str) -> None:
 
 def test_collector_writes_the_failure_when_sinfo_fails(tmp_path: Path) -> None:
     out = tmp_path / "gpuinfra_slurm.prom"
-    assert collector().main(["--sinfo", str(tmp_path / "no-such-sinfo"), "--output", str(out)]) == 1
+    assert collector().main(["nodes", "--sinfo", str(tmp_path / "no-such-sinfo"), "--output", str(out)]) == 1
     assert "gpuinfra_slurm_sinfo_success 0" in out.read_text()
     assert oct(out.stat().st_mode & 0o777) == "0o644"
 
@@ -468,7 +461,7 @@ SQUEUE = """\
 
 
 def test_job_collector_reads_squeue() -> None:
-    jobs = job_collector().parse(SQUEUE)
+    jobs = collector().parse_squeue(SQUEUE)
     got = [(j.job_id, j.user, j.account, j.partition, j.gpus) for j in jobs]
     assert got == [
         ("1041", "alice", "physics", "gpu", 2),
@@ -485,13 +478,13 @@ def test_job_collector_reads_squeue() -> None:
 
 def test_job_collector_skips_what_it_cannot_read_and_keeps_the_rest() -> None:
     text = "1051_3|x|y|z|1|cpu=1|N/A|N/A|\ngarbage\n\n1052|ann|a|b|gpu|1|cpu=1,gres/gpu=1|N/A|N/A|\n"
-    jobs = job_collector().parse(text)
+    jobs = collector().parse_squeue(text)
     # An array task shown as 1051_3 is no job id the DCGM exporter uses; "a|b" is an account holding the separator.
     assert [(j.job_id, j.account, j.partition, j.gpus) for j in jobs] == [("1052", "a|b", "gpu", 1)]
 
 
 def test_job_collector_renders_one_series_per_job() -> None:
-    text = job_collector().render(job_collector().parse(SQUEUE))
+    text = collector().render_jobs(collector().parse_squeue(SQUEUE))
     lines = text.splitlines()
     assert "gpuinfra_slurm_squeue_success 1" in lines
     assert 'gpuinfra_slurm_job_info{hpc_job="1041",user="alice",account="physics",partition="gpu"} 1' in lines
@@ -503,8 +496,8 @@ def test_job_collector_renders_one_series_per_job() -> None:
 @needs_promtool
 @pytest.mark.parametrize("jobs", ["running", "none", "failed"])
 def test_job_collector_output_passes_promtool(jobs: str) -> None:
-    module = job_collector()
-    text = module.render({"running": module.parse(SQUEUE), "none": [], "failed": None}[jobs])
+    module = collector()
+    text = module.render_jobs({"running": module.parse_squeue(SQUEUE), "none": [], "failed": None}[jobs])
     checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"gpuinfra_slurm_squeue_success {0 if jobs == 'failed' else 1}" in text
@@ -515,8 +508,8 @@ def test_job_collector_output_passes_promtool(jobs: str) -> None:
 def test_job_collector_labels_read_back_as_written(tmp_path: Path) -> None:
     """User and account names are data: Prometheus's own parser reads back exactly what squeue said."""
     hostile = 'o"brien\\x'
-    module = job_collector()
-    text = module.render(module.parse(f"7|{hostile}|{hostile}|gpu|1|gres/gpu=1|N/A|N/A|\n"))
+    module = collector()
+    text = module.render_jobs(module.parse_squeue(f"7|{hostile}|{hostile}|gpu|1|gres/gpu=1|N/A|N/A|\n"))
     # Stamp each sample and end the file as OpenMetrics, so that promtool can load it into a database.
     stamped = [line if line.startswith("#") else f"{line} 1700000000" for line in text.splitlines()]
     (tmp_path / "in.om").write_text("\n".join([*stamped, "# EOF"]) + "\n")
@@ -548,10 +541,10 @@ def _fake_squeue(tmp_path: Path, output: str, status: int = 0) -> Path:
 def test_job_collector_asks_squeue_for_running_jobs_in_every_partition(tmp_path: Path) -> None:
     out = tmp_path / "gpuinfra_slurm_jobs.prom"
     squeue = _fake_squeue(tmp_path, SQUEUE)
-    assert job_collector().main(["--squeue", str(squeue), "--output", str(out)]) == 0
+    assert collector().main(["jobs", "--squeue", str(squeue), "--output", str(out)]) == 0
     args = (tmp_path / "args").read_text().splitlines()
-    assert args == ["--noheader", "--all", "--states=RUNNING", f"--Format={job_collector().SQUEUE_FORMAT}"]
-    assert job_collector().SQUEUE_FORMAT.startswith("JobID:|,UserName:|,Account:|,Partition:|,NumNodes:|")
+    assert args == ["--noheader", "--all", "--states=RUNNING", f"--Format={collector().SQUEUE_FORMAT}"]
+    assert collector().SQUEUE_FORMAT.startswith("JobID:|,UserName:|,Account:|,Partition:|,NumNodes:|")
     assert 'gpuinfra_slurm_job_gpus{hpc_job="1045"} 4' in out.read_text()
     assert oct(out.stat().st_mode & 0o777) == "0o644"
 
@@ -561,7 +554,7 @@ def test_job_collector_writes_the_failure_and_no_job_when_squeue_fails(broken: s
     out = tmp_path / "gpuinfra_slurm_jobs.prom"
     out.write_text('gpuinfra_slurm_job_info{hpc_job="1"} 1\n')  # what the last run left: must not survive
     squeue = tmp_path / "no-such-squeue" if broken == "missing" else _fake_squeue(tmp_path, SQUEUE, status=1)
-    assert job_collector().main(["--squeue", str(squeue), "--output", str(out)]) == 1
+    assert collector().main(["jobs", "--squeue", str(squeue), "--output", str(out)]) == 1
     assert out.read_text().splitlines()[-1] == "gpuinfra_slurm_squeue_success 0"
     assert "gpuinfra_slurm_job_" not in out.read_text()
 
@@ -576,8 +569,8 @@ not|a|job|line
 
 
 def test_job_collector_lists_the_jobs_killed_for_memory() -> None:
-    module = job_collector()
-    text = module.render(module.parse(SQUEUE), module.parse_oom(SACCT))
+    module = collector()
+    text = module.render_jobs(module.parse_squeue(SQUEUE), module.parse_oom(SACCT))
     lines = text.splitlines()
     assert "gpuinfra_slurm_sacct_success 1" in lines
     oom = [line for line in lines if line.startswith("gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{")]
@@ -587,14 +580,16 @@ def test_job_collector_lists_the_jobs_killed_for_memory() -> None:
         'gpuinfra_slurm_job_out_of_memory_end_timestamp_seconds{hpc_job="2102_3",user="bob",account="chemistry",'
         'partition="l40s"} 1764990100',
     ]
-    assert "gpuinfra_slurm_sacct_success" not in module.render(module.parse(SQUEUE))  # not asked: no accounting
+    # Not asked (no accounting): nothing of sacct.
+    assert "gpuinfra_slurm_sacct_success" not in module.render_jobs(module.parse_squeue(SQUEUE))
 
 
 @needs_promtool
 @pytest.mark.parametrize("oom", ["listed", "none", "failed"])
 def test_job_collector_out_of_memory_output_passes_promtool(oom: str) -> None:
-    module = job_collector()
-    text = module.render(module.parse(SQUEUE), {"listed": module.parse_oom(SACCT), "none": [], "failed": None}[oom])
+    module = collector()
+    listed = {"listed": module.parse_oom(SACCT), "none": [], "failed": None}[oom]
+    text = module.render_jobs(module.parse_squeue(SQUEUE), listed)
     checked = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"gpuinfra_slurm_sacct_success {0 if oom == 'failed' else 1}" in text
@@ -609,7 +604,7 @@ def test_job_collector_asks_sacct_for_every_users_jobs_killed_for_memory_in_the_
         f'#!/bin/sh\nprintf "%s\\n" "$@" "$SLURM_TIME_FORMAT" > {tmp_path}/sacct-args\ncat <<EOF\n{SACCT}EOF\n'
     )
     sacct.chmod(0o755)
-    assert job_collector().main(["--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 0
+    assert collector().main(["jobs", "--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 0
     assert (tmp_path / "sacct-args").read_text().splitlines() == [
         "--allocations", "--allusers", "--noheader", "--parsable2", "--state=OUT_OF_MEMORY",
         "--starttime=now-1hours", "--endtime=now", "--format=JobID,User,Account,Partition,End", "%s",
@@ -617,7 +612,7 @@ def test_job_collector_asks_sacct_for_every_users_jobs_killed_for_memory_in_the_
     assert 'hpc_job="2101"' in out.read_text()
 
     sacct.write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database' >&2\nexit 1\n")
-    assert job_collector().main(["--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 1
+    assert collector().main(["jobs", "--squeue", str(squeue), "--sacct", str(sacct), "--output", str(out)]) == 1
     assert "gpuinfra_slurm_sacct_success 0" in out.read_text().splitlines()
     assert "out_of_memory" not in out.read_text() and "gpuinfra_slurm_job_info{" in out.read_text()
 
@@ -643,7 +638,8 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
     assert [line[:2] for line in starts] == ['-"', '"/']  # the jobs collector's failure is ignored, sinfo's is not
     folder = "/var/lib/prometheus/node-exporter"
     assert systemd_words(starts[0][1:]) == [
-        "/usr/local/sbin/gpuinfra-slurm-jobs",
+        "/usr/local/sbin/gpuinfra-slurm-metrics",
+        "jobs",
         "--squeue",
         "/usr/bin/squeue",
         "--sacct",
@@ -652,18 +648,19 @@ def test_one_timer_runs_both_collectors_and_a_failing_squeue_does_not_stop_sinfo
         f"{folder}/gpuinfra_slurm_jobs.prom",
     ]
     assert systemd_words(starts[1]) == [
-        "/usr/local/sbin/gpuinfra-slurm-node-state",
+        "/usr/local/sbin/gpuinfra-slurm-metrics",
+        "nodes",
         "--sinfo",
         "/usr/bin/sinfo",
         "--output",
         f"{folder}/gpuinfra_slurm.prom",
     ]
     # What the unit runs is what the role installs, and removes again.
-    tasks = (role / "tasks" / "slurm.yml").read_text() + (role / "tasks" / "slurm-absent.yml").read_text()
-    for script in ("gpuinfra-slurm-jobs", "gpuinfra-slurm-node-state"):
-        assert (role / "files" / f"{script.replace('-', '_')}.py").stat().st_mode & 0o111
-        assert f"- {script}\n" in tasks and f"/usr/local/sbin/{script}\n" in tasks
-    assert "__node_exporter_slurm_jobs_textfile }}" in tasks
+    installed, removed = ((role / "tasks" / f"{name}.yml").read_text() for name in ("slurm", "slurm-absent"))
+    assert COLLECTOR.stat().st_mode & 0o111
+    assert "src: gpuinfra_slurm_metrics.py\n    dest: /usr/local/sbin/gpuinfra-slurm-metrics\n" in installed
+    assert "- /usr/local/sbin/gpuinfra-slurm-metrics\n" in removed
+    assert "__node_exporter_slurm_jobs_textfile }}" in removed
     if SYSTEMD_ANALYZE:
         unit = tmp_path / "gpuinfra-slurm-node-state.service"
         unit.write_text(out["text"])
@@ -701,8 +698,9 @@ def known_metrics() -> frozenset[str]:
     """Every metric that exists where the dashboards and rules run."""
     node = {line for line in (DATA / "node_exporter_metrics.txt").read_text().splitlines() if not line.startswith("#")}
     dcgm = {line.split(",")[0].strip() for line in COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_")}
-    jobs = job_collector()
-    slurm_text = collector().render(collector().parse(SINFO)) + jobs.render(jobs.parse(SQUEUE), jobs.parse_oom(SACCT))
+    slurm = collector()
+    slurm_text = slurm.render_nodes(slurm.parse_sinfo(SINFO))
+    slurm_text += slurm.render_jobs(slurm.parse_squeue(SQUEUE), slurm.parse_oom(SACCT))
     slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", slurm_text, re.M))
     kernel_module = _script(KERNEL_COLLECTOR)
     kernel_text = kernel_module.render({"linux-image-amd64": kernel_module.Entry("6.1.192-3", "available", 1.0)}, True)

@@ -1,13 +1,17 @@
 #!/usr/bin/python3
-"""Write the running Slurm jobs, and the jobs killed for memory, as Prometheus metrics for the node exporter's
-textfile collector.
+"""Write Slurm's view of the cluster as Prometheus metrics for the node exporter's textfile collector.
 
-Per running job: who runs it (user, account, partition) and how many GPUs it holds. The DCGM exporter labels each
-allocated GPU with the job's id (hpc_job, from the job mapping the prolog writes), so Prometheus can join GPU use
-to accounts. With --sacct, the jobs that ended OUT_OF_MEMORY within the last hour, from Slurm's accounting, with
-when they ended (the SlurmJobOutOfMemory alert names each with its user). Like the node state collector, the file
-is replaced atomically, so the collector never reads half of it; when squeue or sacct fails, the file says so
-(gpuinfra_slurm_squeue_success or gpuinfra_slurm_sacct_success 0) and lists none of its jobs, never stale ones.
+No Slurm exporter is packaged for Debian 12, so the node exporter on the Slurm controller publishes what Slurm's
+commands say, one textfile per question:
+
+- `nodes`: every node's state from sinfo (drained, down, with the reason);
+- `jobs`: per running job, who runs it (user, account, partition) and how many GPUs it holds, from squeue. The DCGM
+  exporter labels each allocated GPU with the job's id (hpc_job, from the job mapping the prolog writes), so
+  Prometheus can join GPU use to accounts. With --sacct, also the jobs that ended OUT_OF_MEMORY within the last hour,
+  from Slurm's accounting, with when they ended (the SlurmJobOutOfMemory alert names each with its user).
+
+Each file is replaced atomically, so the collector never reads half of one. When a command fails, its file says so
+(gpuinfra_slurm_sinfo_success, _squeue_success or _sacct_success 0) and lists nothing of it, never stale states.
 """
 
 from __future__ import annotations
@@ -18,6 +22,69 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+
+# --- node states ----------------------------------------------------------------------------------------------------
+
+# One line per node and partition: name, extended state (e.g. "down*", "drained", "mixed+drain"), reason.
+SINFO_FORMAT = "%N|%T|%E"
+DRAINED = {"drain", "drained", "draining"}
+DOWN = {"down", "fail", "failing"}
+# Suffixes sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending power down,
+# % powering down, $ maintenance reservation, @ pending reboot, ^ reboot issued, - planned.
+SUFFIXES = "*~#!%$@^-"
+
+
+def parse_sinfo(text: str) -> dict[str, dict[str, object]]:
+    """sinfo lines -> {node: {state, drained, down, reason}}; a node listed in several partitions appears once."""
+    nodes: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, _, rest = line.partition("|")
+        raw_state, _, reason = rest.partition("|")
+        raw_state = raw_state.strip().lower()
+        words = raw_state.rstrip(SUFFIXES).split("+")
+        base, flags = words[0], set(words[1:])
+        responding = "*" not in raw_state
+        nodes[name.strip()] = {
+            "state": base or "unknown",
+            "drained": base in DRAINED or bool(flags & DRAINED),
+            "down": base in DOWN or not responding,
+            "reason": "" if reason.strip() in ("", "none") else reason.strip(),
+        }
+    return nodes
+
+
+def render_nodes(nodes: dict[str, dict[str, object]] | None) -> str:
+    """The textfile for these nodes; None means sinfo failed."""
+    out = [
+        "# HELP gpuinfra_slurm_sinfo_success 1 when sinfo answered, 0 when it failed.",
+        "# TYPE gpuinfra_slurm_sinfo_success gauge",
+        f"gpuinfra_slurm_sinfo_success {0 if nodes is None else 1}",
+    ]
+    if nodes is None:
+        return "\n".join(out) + "\n"
+    out += [
+        "# HELP gpuinfra_slurm_node_state Slurm base state of the node: the series with value 1 names it.",
+        "# TYPE gpuinfra_slurm_node_state gauge",
+    ]
+    out += [
+        f'gpuinfra_slurm_node_state{{node="{_label(n)}",state="{_label(str(v["state"]))}"}} 1'
+        for n, v in sorted(nodes.items())
+    ]
+    for metric, help_text in (
+        ("drained", "1 when the node is drained or draining: no new job starts on it."),
+        ("down", "1 when the node is down, failed or not responding."),
+    ):
+        out += [f"# HELP gpuinfra_slurm_node_{metric} {help_text}", f"# TYPE gpuinfra_slurm_node_{metric} gauge"]
+        for name, values in sorted(nodes.items()):
+            flagged = bool(values[metric])
+            reason = f',reason="{_label(str(values["reason"]))}"' if flagged and values["reason"] else ""
+            out.append(f'gpuinfra_slurm_node_{metric}{{node="{_label(name)}"{reason}}} {int(flagged)}')
+    return "\n".join(out) + "\n"
+
+
+# --- running jobs, and the jobs killed for memory -------------------------------------------------------------------
 
 # squeue --Format fields. "Name:|" means: no width (never truncated, never padded) and "|" after the field. JobID is
 # the job's own id (an array task's too), the id the prolog writes for the DCGM exporter; NumNodes is the number
@@ -90,7 +157,7 @@ def job_gpus(nodes: str, alloc: str, per_job: str, per_node: str) -> int:
     return 0
 
 
-def parse(text: str) -> list[Job]:
+def parse_squeue(text: str) -> list[Job]:
     """squeue lines -> jobs, one per job id. A line that does not read as the format asks is skipped."""
     jobs: dict[str, Job] = {}
     width = len(FIELDS) + 1  # the "|" after the last field leaves an empty last part
@@ -126,14 +193,10 @@ def parse_oom(text: str) -> list[OomJob]:
     return [jobs[key] for key in sorted(jobs)]
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 NOT_ASKED: list[OomJob] = []
 
 
-def render(jobs: list[Job] | None, oom: list[OomJob] | None = NOT_ASKED) -> str:
+def render_jobs(jobs: list[Job] | None, oom: list[OomJob] | None = NOT_ASKED) -> str:
     """The textfile for these jobs; None means squeue (or sacct, for `oom`) failed; NOT_ASKED, that sacct was not
     asked (no accounting)."""
     out = [
@@ -182,9 +245,36 @@ def _render_oom(jobs: list[OomJob] | None) -> list[str]:
     return out
 
 
+def out_of_memory(sacct: str, timeout: float) -> list[OomJob] | None:
+    """The jobs of every user that ended OUT_OF_MEMORY within OOM_WINDOW; None when sacct fails."""
+    command = [sacct, "--allocations", "--allusers", "--noheader", "--parsable2", "--state=OUT_OF_MEMORY",
+               f"--starttime=now-{OOM_WINDOW}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}"]  # fmt: skip
+    text = ask(command, timeout, env={**os.environ, "SLURM_TIME_FORMAT": "%s"})
+    return None if text is None else parse_oom(text)
+
+
+# --- shared ---------------------------------------------------------------------------------------------------------
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def ask(command: list[str], timeout: float, env: dict[str, str] | None = None) -> str | None:
+    """A Slurm command's output; None, said on stderr, when it fails. Names are data: undecodable bytes replaced."""
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=timeout, check=True, env=env
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"{os.path.basename(command[0])} failed: {exc}", file=sys.stderr)
+        return None
+    return done.stdout
+
+
 def write_atomically(path: str, content: str) -> None:
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpuinfra_slurm_jobs.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".gpuinfra_slurm.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(content)
@@ -195,50 +285,37 @@ def write_atomically(path: str, content: str) -> None:
         raise
 
 
+def write_nodes(args: argparse.Namespace) -> int:
+    text = ask([args.sinfo, "--noheader", "--Node", f"--format={SINFO_FORMAT}"], args.timeout)
+    states = None if text is None else parse_sinfo(text)
+    write_atomically(args.output, render_nodes(states))
+    return 0 if states is not None else 1
+
+
+def write_jobs(args: argparse.Namespace) -> int:
+    # --all: jobs in hidden partitions too.
+    text = ask([args.squeue, "--noheader", "--all", "--states=RUNNING", f"--Format={SQUEUE_FORMAT}"], args.timeout)
+    running = None if text is None else parse_squeue(text)
+    oom = out_of_memory(args.sacct, args.timeout) if args.sacct else NOT_ASKED
+    write_atomically(args.output, render_jobs(running, oom))
+    return 0 if running is not None and oom is not None else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--squeue", default="squeue")
-    parser.add_argument("--sacct", default="", help="the jobs killed for memory from this sacct (none: not asked)")
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--timeout", type=float, default=20.0)
+    verbs = parser.add_subparsers(required=True)
+    nodes = verbs.add_parser("nodes", help="write sinfo's node states")
+    nodes.add_argument("--sinfo", default="sinfo")
+    nodes.set_defaults(run=write_nodes)
+    jobs = verbs.add_parser("jobs", help="write squeue's running jobs, and sacct's jobs killed for memory")
+    jobs.add_argument("--squeue", default="squeue")
+    jobs.add_argument("--sacct", default="", help="the jobs killed for memory from this sacct (none: not asked)")
+    jobs.set_defaults(run=write_jobs)
+    for verb in (nodes, jobs):
+        verb.add_argument("--output", required=True)
+        verb.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
-    try:
-        # --all: jobs in hidden partitions too. User and account names are data: undecodable bytes are replaced.
-        done = subprocess.run(
-            [args.squeue, "--noheader", "--all", "--states=RUNNING", f"--Format={SQUEUE_FORMAT}"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=args.timeout,
-            check=True,
-        )
-        jobs: list[Job] | None = parse(done.stdout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        print(f"squeue failed: {exc}", file=sys.stderr)
-        jobs = None
-    oom = out_of_memory(args.sacct, args.timeout) if args.sacct else NOT_ASKED
-    write_atomically(args.output, render(jobs, oom))
-    return 0 if jobs is not None and oom is not None else 1
-
-
-def out_of_memory(sacct: str, timeout: float) -> list[OomJob] | None:
-    """The jobs of every user that ended OUT_OF_MEMORY within OOM_WINDOW; None when sacct fails."""
-    command = [sacct, "--allocations", "--allusers", "--noheader", "--parsable2", "--state=OUT_OF_MEMORY",
-               f"--starttime=now-{OOM_WINDOW}", "--endtime=now", f"--format={','.join(SACCT_FIELDS)}"]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=True,
-            env={**os.environ, "SLURM_TIME_FORMAT": "%s"},
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        print(f"sacct failed: {exc}", file=sys.stderr)
-        return None
-    return parse_oom(done.stdout)
+    return int(args.run(args))
 
 
 if __name__ == "__main__":
