@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpuinfra.upgrade.rolling_window import RollingWindow
 from gpuinfra.upgrade.simulate import draw_durations, fixed_batches, optimum, simulate
-from gpuinfra.upgrade.window import RollingWindow
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import GpuinfraError
-from ..report import render, reports
+from ..report import reports, text
 from ..report.idle import IdleReport
 from ..report.usage import UsageReport
 from ..validate.load import LoadedCluster
@@ -58,14 +58,14 @@ def run_usage(args: argparse.Namespace) -> int:
     def make(loaded: LoadedCluster, extra: dict[str, Any]) -> UsageReport:
         return reports.usage(loaded, args.since, args.until, int(time.time()), extra)
 
-    return _report(args, make, render.usage_table, render.usage_csv)
+    return _report(args, make, text.usage_table, text.usage_csv)
 
 
 def run_idle(args: argparse.Namespace) -> int:
     def make(loaded: LoadedCluster, extra: dict[str, Any]) -> IdleReport:
         return reports.idle(loaded, int(time.time()), extra)
 
-    return _report(args, make, render.idle_table, render.idle_csv)
+    return _report(args, make, text.idle_table, text.idle_csv)
 
 
 def _report[R: (UsageReport, IdleReport)](

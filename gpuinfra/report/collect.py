@@ -17,7 +17,7 @@ from ..run import Outcome, RunOptions, cluster_inventory, one_line, run_playbook
 from ..validate.load import LoadedCluster
 from . import sacct, squeue
 from .prometheus import Query
-from .window import TimeRange, sacct_time
+from .time_range import TimeRange, sacct_time
 
 REPORT_PLAYBOOK = "report.yml"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import GpuinfraError
-from .window import TimeRange
+from .time_range import TimeRange
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 """GPU utilisation, percent."""

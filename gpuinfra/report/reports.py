@@ -19,8 +19,8 @@ from .idle import IdleReport, IdleRule, idle_gpus, idle_report
 from .prometheus import PrometheusError, idle_query, matrix_series, matrix_totals, usage_queries
 from .sacct import ParseError, parse_sacct
 from .squeue import parse_squeue
+from .time_range import window
 from .usage import UsageReport, job_metrics, usage_report
-from .window import window
 
 
 def metrics_missing(monitoring: Monitoring) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .sacct import JobRecord
-from .window import TimeRange, iso
+from .time_range import TimeRange, iso
 
 NO_JOB_METRICS = "n/a (no GPU metrics for this job)"
 NO_GROUP_METRICS = "n/a (no GPU metrics for these jobs)"

@@ -22,7 +22,7 @@ from ..validate.load import LoadedCluster
 from .executor import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from .journal import Entry, Journal, JournalBusy, State
 from .pipeline import Interrupted, Listener, Rollout, UpgradeReport
-from .window import resolve_max_unavailable
+from .rolling_window import resolve_max_unavailable
 
 
 def default_journal(cluster: str) -> Path:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .journal import FINAL, RUN, Journal, State
-from .window import RollingWindow
+from .rolling_window import RollingWindow
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .window import RollingWindow
+from .rolling_window import RollingWindow
 
 
 @dataclass(frozen=True)

@@ -698,9 +698,9 @@ def known_metrics() -> frozenset[str]:
     """Every metric that exists where the dashboards and rules run."""
     node = {line for line in (DATA / "node_exporter_metrics.txt").read_text().splitlines() if not line.startswith("#")}
     dcgm = {line.split(",")[0].strip() for line in COUNTERS.read_text().splitlines() if line.startswith("DCGM_FI_")}
-    slurm = collector()
-    slurm_text = slurm.render_nodes(slurm.parse_sinfo(SINFO))
-    slurm_text += slurm.render_jobs(slurm.parse_squeue(SQUEUE), slurm.parse_oom(SACCT))
+    module = collector()
+    slurm_text = module.render_nodes(module.parse_sinfo(SINFO))
+    slurm_text += module.render_jobs(module.parse_squeue(SQUEUE), module.parse_oom(SACCT))
     slurm = set(re.findall(r"^(gpuinfra_slurm_[a-z_]+)", slurm_text, re.M))
     kernel_module = _script(KERNEL_COLLECTOR)
     kernel_text = kernel_module.render({"linux-image-amd64": kernel_module.Entry("6.1.192-3", "available", 1.0)}, True)

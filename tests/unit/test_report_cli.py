@@ -29,7 +29,7 @@ SACCT = (
 def _sacct_now() -> str:
     import time
 
-    from gpuinfra.report.window import sacct_time
+    from gpuinfra.report.time_range import sacct_time
 
     now = int(time.time())
     return SACCT.format(a=sacct_time(now - 3600), b=sacct_time(now - 1800))

@@ -11,7 +11,7 @@ import pytest
 from gpuinfra.report import sacct, squeue
 from gpuinfra.report.collect import ReportError, from_artifacts, hosts_for, playbook_vars
 from gpuinfra.report.prometheus import usage_queries
-from gpuinfra.report.window import TimeRange
+from gpuinfra.report.time_range import TimeRange
 from gpuinfra.run import RunOptions, cluster_inventory, run_playbook
 from gpuinfra.validate.load import load_cluster
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from gpuinfra.report.idle import IdleGpu, IdleRule, idle_gpus, idle_report, idle_run
 from gpuinfra.report.prometheus import Series
-from gpuinfra.report.render import FORMULA_STARTS, idle_csv, idle_table
 from gpuinfra.report.squeue import RunningJob
+from gpuinfra.report.text import FORMULA_STARTS, idle_csv, idle_table
 
 END = 1714536000
 STEP = 30

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpuinfra.report import window as window_module
+from gpuinfra.report import time_range
 from gpuinfra.report.collect import REPORT_PLAYBOOK, from_artifacts, playbook_vars
 from gpuinfra.report.idle import IdleRule, idle_gpus, idle_report
 from gpuinfra.report.prometheus import (
@@ -38,8 +38,8 @@ from gpuinfra.report.prometheus import (
 )
 from gpuinfra.report.sacct import JobRecord
 from gpuinfra.report.squeue import RunningJob
+from gpuinfra.report.time_range import TimeRange
 from gpuinfra.report.usage import job_metrics, usage_report
-from gpuinfra.report.window import TimeRange
 from gpuinfra.run import RunOptions, run_playbook
 
 PROMETHEUS = shutil.which("prometheus")
@@ -274,7 +274,7 @@ def test_usage_queries_sum_exactly_the_samples_in_the_window(server: Server) -> 
 
 def test_a_window_in_several_pieces_counts_each_sample_once(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of 20 minutes whose ends fall exactly on sample times (T0 + multiples of 30 s)."""
-    monkeypatch.setattr(window_module, "CHUNK_S", 1200)
+    monkeypatch.setattr(time_range, "CHUNK_S", 1200)
     window = TimeRange(T0, T0 + 7200).chunked()
     assert (window, window.step_s) == (TimeRange(T0, T0 + 7200), 1200)
     assert usage_queries(window)[0].params == {

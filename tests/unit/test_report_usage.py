@@ -7,11 +7,11 @@ import io
 
 import pytest
 
-from gpuinfra.report import window as window_module
-from gpuinfra.report.render import usage_csv, usage_table
+from gpuinfra.report import time_range
 from gpuinfra.report.sacct import JobRecord
+from gpuinfra.report.text import usage_csv, usage_table
+from gpuinfra.report.time_range import TimeRange, parse_when, window
 from gpuinfra.report.usage import JobMetrics, clip, job_metrics, usage_report
-from gpuinfra.report.window import TimeRange, parse_when, window
 
 T0 = 1714521600  # 2024-05-01T00:00:00Z
 HOUR = 3600
@@ -63,7 +63,7 @@ def test_a_window_is_cut_into_equal_pieces_of_at_most_a_day() -> None:
     odd = TimeRange(T0 + 7, T0 + 2 * 86400 + 100)  # 2 days and 93 s: 3 pieces
     chunked = odd.chunked()
     assert chunked.until == odd.until and odd.since - 3 < chunked.since <= odd.since
-    assert chunked.seconds == 3 * chunked.step_s and chunked.step_s <= window_module.CHUNK_S
+    assert chunked.seconds == 3 * chunked.step_s and chunked.step_s <= time_range.CHUNK_S
     assert TimeRange(T0, T0 + 3600).chunked() == TimeRange(T0, T0 + 3600)
 
 

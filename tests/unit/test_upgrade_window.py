@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuinfra.upgrade.journal import Journal, State
+from gpuinfra.upgrade.rolling_window import RollingWindow, resolve_max_unavailable
 from gpuinfra.upgrade.simulate import draw_durations, fixed_batches, optimum, simulate
-from gpuinfra.upgrade.window import RollingWindow, resolve_max_unavailable
 
 
 def test_percentages_round_down_but_never_to_zero() -> None:
