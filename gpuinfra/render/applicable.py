@@ -8,11 +8,11 @@ from __future__ import annotations
 from ..resolve import ResolvedCluster
 from .artifacts import Artifact
 from .inventory import groups
-from .vars import concern_modules
+from .vars.registry import CONCERNS
 
 
 def artifacts() -> list[Artifact]:
-    return [artifact for module in concern_modules() for artifact in module.ARTIFACTS]
+    return [artifact for concern in CONCERNS for artifact in concern.artifacts]
 
 
 def applicable(rc: ResolvedCluster, only: list[Artifact] | None = None) -> list[tuple[Artifact, str | None]]:

@@ -18,7 +18,8 @@ from typing import Any
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
 from .receipts import NAMES, receipt_inputs, receipt_roles, receipt_variables
-from .vars import LEFT_OUT, concern_modules
+from .vars import LEFT_OUT
+from .vars.registry import CONCERNS
 
 GPU_NODES = "gpu_nodes"
 FRESH_GROUP_PREFIX = "gpuinfra_fresh_"
@@ -41,9 +42,9 @@ def host_vars(host: Host) -> dict[str, Any]:
         # JSON object keys are strings; Ansible templates see "0": "layout".
         "gpuinfra_mig_layouts": {str(index): name for index, name in sorted(host.mig_layouts.items())},
     }
-    for module in concern_modules():
-        if hasattr(module, "host_vars"):
-            out.update(module.host_vars(host))
+    for concern in CONCERNS:
+        if concern.host_vars:
+            out.update(concern.host_vars(host))
     return out
 
 
@@ -100,10 +101,10 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         **connection_vars(rc),
     }
     left_out: list[str] = []
-    for module in concern_modules():
-        concern = module.group_vars(rc)
-        left_out += concern.pop(LEFT_OUT, [])
-        out.update(concern)
+    for concern in CONCERNS:
+        variables = concern.group_vars(rc)
+        left_out += variables.pop(LEFT_OUT, [])
+        out.update(variables)
     out[LEFT_OUT] = left_out
     return out
 
@@ -120,9 +121,9 @@ def groups(rc: ResolvedCluster) -> dict[str, list[str]]:
             out[role].append(host.name)
         if host.gpu_count:
             out[GPU_NODES].append(host.name)
-    for module in concern_modules():
-        if hasattr(module, "inventory_groups"):
-            out.update(module.inventory_groups(rc))
+    for concern in CONCERNS:
+        if concern.inventory_groups:
+            out.update(concern.inventory_groups(rc))
     return out
 
 
@@ -138,9 +139,9 @@ def node_group_inventory_name(name: str) -> str:
 def node_group_vars(rc: ResolvedCluster) -> dict[str, dict[str, Any]]:
     """Node group -> the settings the concerns give all its hosts (slurmd's node definition, ...)."""
     per_group: dict[str, dict[str, Any]] = {}
-    for module in concern_modules():
-        if hasattr(module, "node_group_vars"):
-            for group, variables in module.node_group_vars(rc).items():
+    for concern in CONCERNS:
+        if concern.node_group_vars:
+            for group, variables in concern.node_group_vars(rc).items():
                 per_group.setdefault(group, {}).update(variables)
     return per_group
 

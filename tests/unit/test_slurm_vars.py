@@ -21,7 +21,8 @@ from gpuinfra.model.slurm import OWNED_SLURM_KEYS
 from gpuinfra.render.artifacts import Artifact
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.plan import render
-from gpuinfra.render.vars import CONCERNS, slurm
+from gpuinfra.render.vars import slurm
+from gpuinfra.render.vars.registry import CONCERNS
 from gpuinfra.resolve import resolve
 from gpuinfra.validate.load import load_cluster
 
@@ -61,7 +62,7 @@ def rendered(path: Path) -> dict[str, str]:
 
 
 def test_concern_is_registered() -> None:
-    assert "slurm" in CONCERNS
+    assert slurm.CONCERN in CONCERNS
 
 
 @pytest.mark.parametrize("artifact", slurm.ARTIFACTS, ids=lambda a: a.path)

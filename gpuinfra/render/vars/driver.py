@@ -11,6 +11,7 @@ from typing import Any
 from ...model.driver import DistributionSource, Driver, LocalSource, MirrorSource
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
+from .concern import Concern
 
 ARTIFACTS: list[Artifact] = [
     Artifact(
@@ -99,3 +100,6 @@ def host_vars(host: Host) -> dict[str, Any]:
         "nvidia_driver_service_manage": not host.gpu_emulated,
         "gpu_kernel_gate_boots_own_kernel": not host.gpu_emulated,
     }
+
+
+CONCERN = Concern("driver", ARTIFACTS, group_vars, host_vars=host_vars)

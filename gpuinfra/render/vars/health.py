@@ -13,6 +13,7 @@ from ... import catalog
 from ...model.grammar import duration_seconds
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
+from .concern import Concern
 
 # Emulated GPUs (the sandbox) have no hardware for nvidia-smi; `gpuinfra sandbox up` mounts a responder that
 # answers with recorded outputs (gpuinfra/sandbox/gpus) here, and the health program reads it and the sandbox's
@@ -74,3 +75,6 @@ def host_vars(host: Host) -> dict[str, Any]:
         out["gpu_health_kernel_log"] = EMULATED_KERNEL_LOG
         out["gpu_health_check_kernel_module"] = False
     return out
+
+
+CONCERN = Concern("health", ARTIFACTS, group_vars, host_vars=host_vars)

@@ -26,6 +26,7 @@ from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import LEFT_OUT
 from . import mig as mig_vars
+from .concern import Concern
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("gpu-operator/values.yaml", "gpu_operator", "values.yaml.j2", "k8s_control"),
@@ -269,3 +270,6 @@ def _cluster_queue(
             "borrowWithinCohort": {"policy": preemption.borrow_within_cohort},
         },
     }
+
+
+CONCERN = Concern("kubernetes", ARTIFACTS, group_vars)

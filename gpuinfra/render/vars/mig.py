@@ -23,6 +23,7 @@ from ...k8s_resources import WORKER_ROLE
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
 from . import HOST_LEFT_OUT
+from .concern import Concern
 
 # The mig role runs on GPU hosts outside Kubernetes, in practice Slurm compute nodes; on k8s_gpu_worker hosts the
 # GPU Operator's MIG manager applies the layouts (kubernetes.py). config.yaml and the service are the same for every
@@ -172,3 +173,6 @@ def host_vars(host: Host) -> dict[str, Any]:
     if not host.mig_layouts:
         return {HOST_LEFT_OUT: ["mig"]} if host.gpu_count else {}
     return {"mig_gpu_access": False} if host.gpu_emulated else {}
+
+
+CONCERN = Concern("mig", ARTIFACTS, group_vars, host_vars=host_vars)

@@ -22,6 +22,7 @@ from ...model.monitoring import COMPONENTS
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import LEFT_OUT
+from .concern import Concern
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/prometheus/prometheus.yml", "prometheus", "prometheus.yml.j2", "monitoring"),
@@ -179,3 +180,6 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "grafana_prometheus_basic_auth": mon.basic_auth,
         "grafana_scrape_interval": mon.scrape_interval,
     }
+
+
+CONCERN = Concern("monitoring", ARTIFACTS, group_vars)

@@ -25,6 +25,7 @@ from ...model.slurm import ROOT_SWITCH, Account, Qos, Slurm
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
+from .concern import Concern
 
 # The hosts that get pyxis and enroot: every Slurm host that runs or submits jobs, compute hosts first (the play's
 # first host builds the packages, and compute hosts have a compiler for the driver already).
@@ -417,3 +418,6 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_accounting_qos": qos_list(slurm),
         "slurm_accounting_accounts": accounts(slurm),
     }
+
+
+CONCERN = Concern("slurm", ARTIFACTS, group_vars, node_group_vars=node_group_vars, inventory_groups=inventory_groups)

@@ -10,6 +10,7 @@ from typing import Any
 from ...model.driver import LocalSource, MirrorSource
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
+from .concern import Concern
 
 ARTIFACTS: list[Artifact] = [
     Artifact(
@@ -51,3 +52,6 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "nvidia_container_toolkit_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
         "nvidia_container_toolkit_source_path": source.path if isinstance(source, LocalSource) else "",
     }
+
+
+CONCERN = Concern("toolkit", ARTIFACTS, group_vars)

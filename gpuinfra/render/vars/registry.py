@@ -1,0 +1,16 @@
+"""Every concern, in the order their variables are merged."""
+
+from __future__ import annotations
+
+from . import driver, health, kubernetes, mig, monitoring, slurm, toolkit
+from .concern import Concern
+
+CONCERNS: tuple[Concern, ...] = (
+    driver.CONCERN,
+    toolkit.CONCERN,
+    health.CONCERN,
+    mig.CONCERN,
+    kubernetes.CONCERN,
+    slurm.CONCERN,
+    monitoring.CONCERN,
+)
