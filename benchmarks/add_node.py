@@ -25,8 +25,10 @@ from noop_reapply import gpuinfra
 from noop_scaling import SANDBOX
 
 from gpuinfra.apply import apply
-from gpuinfra.run import RunOptions, RunResult, cluster_inventory, target_hosts
+from gpuinfra.render.inventory import inventory_yaml
+from gpuinfra.run import RunOptions, RunResult
 from gpuinfra.sandbox import DEFAULT_IMAGE, resized
+from gpuinfra.targets import target_hosts
 from gpuinfra.validate.load import load_cluster
 
 TARGET_RATIO = 1.2
@@ -34,7 +36,7 @@ TARGET_RATIO = 1.2
 
 def timed_apply(cluster: Path, limit: str) -> tuple[float, RunResult]:
     began = time.monotonic()
-    inventory = cluster_inventory(load_cluster(cluster))
+    inventory = inventory_yaml(load_cluster(cluster).resolved)
     result = apply(inventory, RunOptions(limit=limit), hosts=target_hosts(inventory, limit))
     return time.monotonic() - began, result
 

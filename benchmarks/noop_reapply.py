@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 from gpuinfra.apply import apply
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.render.plan import render
-from gpuinfra.run import RunOptions, RunResult, cluster_inventory, run_playbook, target_hosts
+from gpuinfra.run import RunOptions, RunResult, run_playbook
+from gpuinfra.targets import target_hosts
 from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,13 +53,13 @@ def reapply(cluster: Path, forks: int | None = None) -> tuple[float, RunResult]:
     began = time.monotonic()
     loaded = load_cluster(cluster)
     render(loaded.resolved)  # apply renders the plan before it runs
-    inventory = cluster_inventory(loaded)
+    inventory = inventory_yaml(loaded.resolved)
     result = apply(inventory, RunOptions(forks=forks), hosts=target_hosts(inventory))
     return time.monotonic() - began, result
 
 
 def floor(cluster: Path, forks: int | None = None) -> float:
-    inventory = cluster_inventory(load_cluster(cluster))
+    inventory = inventory_yaml(load_cluster(cluster).resolved)
     with tempfile.TemporaryDirectory() as tmp:
         playbook = Path(tmp) / "ping.yml"
         playbook.write_text(FLOOR_PLAYBOOK)

@@ -27,7 +27,9 @@ from validate_render import cluster_file
 
 from gpuinfra.collection import link_collection
 from gpuinfra.render.applicable import applicable
-from gpuinfra.run import INVENTORY_PLUGIN, cluster_inventory, target_hosts
+from gpuinfra.render.inventory import inventory_yaml
+from gpuinfra.run import INVENTORY_PLUGIN
+from gpuinfra.targets import target_hosts
 from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +51,7 @@ def _timed[T](what: str, fn: Callable[[], T]) -> T:
 def stages(path: Path) -> dict[str, Any]:
     """The stages apply runs before Ansible starts, each timed in this process."""
     loaded = _timed("validate the cluster file", lambda: load_cluster(path))
-    inventory = _timed("build the inventory", lambda: cluster_inventory(loaded))
+    inventory = _timed("build the inventory", lambda: inventory_yaml(loaded.resolved))
     _timed("count the generated files", lambda: applicable(loaded.resolved))
     _timed("list the target hosts", lambda: target_hosts(inventory))
     return inventory

@@ -14,17 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import Cancelled, Refused
-from .run import (
-    OnUpdate,
-    Outcome,
-    RunOptions,
-    RunResult,
-    cluster_inventory,
-    matching,
-    one_line,
-    run_playbook,
-    target_hosts,
-)
+from .render.inventory import inventory_yaml
+from .run import OnUpdate, Outcome, RunOptions, RunResult, one_line, run_playbook
+from .targets import matching, target_hosts
 from .validate.load import LoadedCluster
 
 HEALTH_PLAYBOOK = "health.yml"
@@ -120,7 +112,7 @@ def sweep(
     nodes with their first problem as the reason. Raises Refused when no GPU node matches, RunError when the run
     could not start, Cancelled when it was interrupted."""
     extra = dict(extra_vars or {})
-    inventory = cluster_inventory(loaded)
+    inventory = inventory_yaml(loaded.resolved)
     nodes = matching(inventory, target_hosts(inventory, "gpu_nodes"), limit)
     if not nodes:
         raise Refused(f"no GPU node in cluster {loaded.model.name!r} matches")

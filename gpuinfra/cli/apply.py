@@ -15,7 +15,9 @@ from rich.text import Text
 
 from ..apply import apply
 from ..render.applicable import applicable
-from ..run import Outcome, RunError, RunOptions, RunResult, cluster_inventory, target_hosts
+from ..render.inventory import inventory_yaml
+from ..run import Outcome, RunError, RunOptions, RunResult
+from ..targets import target_hosts
 from ..validate.load import LoadedCluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if loaded is None:
         return exitcodes.INVALID_INPUT
     # The inventory holds every role variable, computed once here and handed to the run as it is.
-    inventory = cluster_inventory(loaded)
+    inventory = inventory_yaml(loaded.resolved)
     targets = target_hosts(inventory, args.limit)
     if not targets:
         return output.refuse(f"--limit {args.limit!r} matches no host of cluster {loaded.model.name!r}")

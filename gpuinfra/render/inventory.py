@@ -17,6 +17,7 @@ from typing import Any
 
 from ..model import ROLES
 from ..resolve import Host, ResolvedCluster
+from ..unsafe import as_data
 from .receipts import NAMES, receipt_inputs, receipt_roles, receipt_variables
 from .vars import LEFT_OUT
 from .vars.registry import CONCERNS
@@ -46,28 +47,6 @@ def host_vars(host: Host) -> dict[str, Any]:
         if concern.host_vars:
             out.update(concern.host_vars(host))
     return out
-
-
-def as_data(variables: dict[str, Any]) -> dict[str, Any]:
-    """Variables as the inventory hands them to Ansible: every value unsafe, except Ansible's own connection
-    settings (`ansible_host`, `ansible_user`, ...). Those come from fields whose grammar admits no template
-    delimiter (addresses, Unix names, paths), and tools that read the inventory to connect (testinfra, AWX) take
-    them only as plain strings."""
-    return {key: value if key.startswith("ansible_") else unsafe(value) for key, value in variables.items()}
-
-
-def unsafe(value: Any) -> Any:
-    """`value` with every string (not mapping keys) in Ansible's unsafe form. Keys are never templated, and every
-    key of the model is a name whose grammar admits no template delimiter."""
-    if isinstance(value, str):
-        return {"__ansible_unsafe": value}
-    if isinstance(value, dict) and list(value) == ["__ansible_unsafe"] and isinstance(value["__ansible_unsafe"], str):
-        return value  # already data: wrapped again, Ansible's decoder would hand the inner text on as a template
-    if isinstance(value, list):
-        return [unsafe(item) for item in value]
-    if isinstance(value, dict):
-        return {key: unsafe(item) for key, item in value.items()}
-    return value
 
 
 def connection_vars(rc: ResolvedCluster) -> dict[str, Any]:

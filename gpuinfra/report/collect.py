@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import Cancelled, GpuinfraError
-from ..render.inventory import unsafe
-from ..run import Outcome, RunOptions, cluster_inventory, one_line, run_playbook, target_hosts
+from ..render.inventory import inventory_yaml
+from ..run import Outcome, RunOptions, one_line, run_playbook
+from ..targets import target_hosts
+from ..unsafe import unsafe
 from ..validate.load import LoadedCluster
 from . import sacct, squeue
 from .prometheus import Query
@@ -89,7 +91,7 @@ def collect(
     extra_vars: Mapping[str, Any] | None = None,
 ) -> Collected:
     """Run playbooks/report.yml for what is asked, and return what it read."""
-    inventory = cluster_inventory(loaded)
+    inventory = inventory_yaml(loaded.resolved)
     hosts = hosts_for(inventory, slurm, queries)
     options = RunOptions(
         playbook=REPORT_PLAYBOOK,

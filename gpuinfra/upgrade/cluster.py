@@ -17,7 +17,9 @@ import hostlist
 
 from ..errors import Refused
 from ..model.grammar import duration_seconds
-from ..run import RunError, cluster_inventory, matching, target_hosts
+from ..render.inventory import inventory_yaml
+from ..run import RunError
+from ..targets import matching, target_hosts
 from ..validate.load import LoadedCluster
 from .executor import DRIVER_PLAYBOOK, KERNEL_PLAYBOOK, AnsibleExecutor, Installed, installed_drivers
 from .journal import Entry, Journal, JournalBusy, State
@@ -64,7 +66,7 @@ def plan_upgrade(
 ) -> UpgradePlan:
     """What an upgrade of this cluster would do. Raises Refused when it cannot be planned."""
     model = loaded.model
-    inventory = cluster_inventory(loaded)  # built once: at fleet scale it is most of the start-up
+    inventory = inventory_yaml(loaded.resolved)  # built once: at fleet scale it is most of the start-up
     all_gpu = target_hosts(inventory, "gpu_nodes")
     nodes = matching(inventory, all_gpu, limit)
     if not nodes and limit:

@@ -196,9 +196,10 @@ def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Pa
     controller. The cluster file's grammar refuses such a URL, so it is set behind validation's back: the layer
     under test is the inventory, which hands every value to Ansible as unsafe. Nothing runs, the literal text
     lands in alertmanager.yml, byte-identical to what `gpuinfra plan` renders; the original config is put back."""
+    from gpuinfra.render.inventory import inventory_yaml
     from gpuinfra.render.plan import render
     from gpuinfra.render.vars import monitoring
-    from gpuinfra.run import RunOptions, cluster_inventory, run_playbook
+    from gpuinfra.run import RunOptions, run_playbook
     from gpuinfra.validate.load import load_cluster
 
     marker = tmp_path / "MARKER"
@@ -210,7 +211,7 @@ def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Pa
     tampered = dataclasses.replace(loaded, resolved=dataclasses.replace(loaded.resolved, model=model))
     playbook = RunOptions(playbook=ROOT / "tests" / "sandbox" / "playbooks" / "alertmanager.yml")
     try:
-        result = run_playbook(cluster_inventory(tampered), playbook)
+        result = run_playbook(inventory_yaml(tampered.resolved), playbook)
         assert result.rc == 0, result.status
         assert not marker.exists(), "the lookup ran on the controller"
         written = on_host("ctl01", "cat", "/etc/prometheus/alertmanager.yml")
@@ -219,16 +220,16 @@ def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Pa
         [planned] = render(tampered.resolved, [a for a in monitoring.ARTIFACTS if a.template == "alertmanager.yml.j2"])
         assert planned.content == written.stdout, "plan and apply wrote different files"
     finally:
-        assert run_playbook(cluster_inventory(loaded), playbook).rc == 0, "the original config was not put back"
+        assert run_playbook(inventory_yaml(loaded.resolved), playbook).rc == 0, "the original config was not put back"
 
 
 def test_the_testinfra_suite_passes_on_the_gpu_nodes(sandbox: Path, tmp_path: Path) -> None:
     """tests/infra, as a user runs it against a real fleet: over SSH, with the inventory gpuinfra renders."""
-    from gpuinfra.run import cluster_inventory
+    from gpuinfra.render.inventory import inventory_yaml
     from gpuinfra.validate.load import load_cluster
 
     inventory = tmp_path / "inventory.json"  # the YAML inventory plugin reads JSON as YAML
-    inventory.write_text(json.dumps(cluster_inventory(load_cluster(sandbox))))
+    inventory.write_text(json.dumps(inventory_yaml(load_cluster(sandbox).resolved)))
     report = tmp_path / "report.xml"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "infra"),

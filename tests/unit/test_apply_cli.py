@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpuinfra import run as run_module
 from gpuinfra.cli import apply as apply_cli
 from gpuinfra.cli import exitcodes, main
+from gpuinfra.run import RunError
+from gpuinfra.run import playbook as run_module
 
 PLAYBOOKS = Path(__file__).parent / "data" / "playbooks"
 
@@ -219,7 +220,7 @@ def test_full_hands_the_run_gpuinfra_full(cluster: Path, monkeypatch: pytest.Mon
 
     def capture(inventory: Any, options: Any, **kwargs: Any) -> Any:
         seen.append(dict(options.extra_vars))
-        raise run_module.RunError("stop here")
+        raise RunError("stop here")
 
     monkeypatch.setattr(apply_cli, "apply", capture)
     main(["apply", str(cluster), "--yes", "--full"])

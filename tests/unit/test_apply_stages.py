@@ -16,10 +16,10 @@ from ansible.errors import AnsibleFilterError
 from file_module import load
 from ruamel.yaml import YAML
 
-from gpuinfra import run as run_module
 from gpuinfra.apply import apply, site_patterns
 from gpuinfra.collection import ROOT
 from gpuinfra.run import Outcome, RunOptions
+from gpuinfra.run import playbook as run_module
 
 matched_hosts = load("plugins/filter/hosts.py").matched_hosts
 

@@ -18,10 +18,11 @@ import pytest
 
 from gpuinfra import limits
 from gpuinfra.errors import InvalidInput
-from gpuinfra.render.inventory import as_data, inventory_yaml, unsafe
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.render.plan import render
 from gpuinfra.render.vars import monitoring
 from gpuinfra.resolve import ResolvedCluster
+from gpuinfra.unsafe import as_data, unsafe
 from gpuinfra.validate.load import load_cluster
 from gpuinfra.validate.source import read_yaml
 

@@ -97,3 +97,9 @@ def test_the_graph_is_read() -> None:
     """The rules above hold because the graph was read, not because it came out empty."""
     assert {"model", "resolve"} <= graph()["validate"] and "hostlists" in graph()["resolve"]
     assert {"upgrade", "report", "health_sweep"} <= graph()["cli"]
+
+
+def test_the_runner_only_runs_ansible() -> None:
+    """gpuinfra.run is handed an inventory and the hosts it targets: it reads no cluster file and renders nothing."""
+    for unit in ("render", "validate", "resolve", "model"):
+        assert not _reaches("run", unit), unit

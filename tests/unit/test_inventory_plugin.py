@@ -327,11 +327,11 @@ def test_docs_ansible_cfg_holds_the_settings_apply_gives_its_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/ansible.cfg is for runs without the CLI: it must not drift from what gpuinfra.run sets."""
-    from gpuinfra.run import RUN_CONFIG, _envvars
+    from gpuinfra.run.environment import RUN_CONFIG, envvars
 
     for name in ("ANSIBLE_PIPELINING", "ANSIBLE_GATHERING"):
         monkeypatch.delenv(name, raising=False)
-    env = _envvars(tmp_path)
+    env = envvars(tmp_path)
     config = configparser.ConfigParser()
     config.read(ROOT / "docs" / "ansible.cfg")
     assert config.get("defaults", "gathering") == env["ANSIBLE_GATHERING"]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.report import sacct, squeue
 from gpuinfra.report.collect import ReportError, from_artifacts, hosts_for, playbook_vars
 from gpuinfra.report.prometheus import usage_queries
 from gpuinfra.report.time_range import TimeRange
-from gpuinfra.run import RunOptions, cluster_inventory, run_playbook
+from gpuinfra.run import RunOptions, run_playbook
 from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def test_every_string_of_the_playbook_vars_is_unsafe() -> None:
 
 
 def test_the_run_targets_the_first_controller_and_monitoring_host() -> None:
-    inventory = cluster_inventory(load_cluster(SANDBOX))
+    inventory = inventory_yaml(load_cluster(SANDBOX).resolved)
     window = TimeRange(0, 3600)
     assert hosts_for(inventory, "sacct", usage_queries(window)) == ["ctl01"]
     assert hosts_for(inventory, "squeue", []) == ["ctl01"]

@@ -16,7 +16,8 @@ import pytest
 from test_upgrade_timeout import left_behind
 
 from gpuinfra.progress import RunProgress, Update
-from gpuinfra.run import MAX_DEFAULT_FORKS, Outcome, RunError, RunOptions, default_forks, run_playbook, target_hosts
+from gpuinfra.run import MAX_DEFAULT_FORKS, Outcome, RunError, RunOptions, default_forks, run_playbook
+from gpuinfra.targets import target_hosts
 
 pytestmark = pytest.mark.tools  # runs Ansible or a system tool (tests/unit/tool_guard.py)
 

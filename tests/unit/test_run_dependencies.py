@@ -8,19 +8,21 @@ from pathlib import Path
 import ansible.constants
 import pytest
 
-from gpuinfra import run
+from gpuinfra.render.inventory import inventory_yaml
+from gpuinfra.run import RunError
+from gpuinfra.run import environment as run
 from gpuinfra.validate.load import load_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def inventory(example: str) -> dict[str, object]:
-    return run.cluster_inventory(load_cluster(ROOT / "inventories" / example / "cluster.yml"))
+    return inventory_yaml(load_cluster(ROOT / "inventories" / example / "cluster.yml").resolved)
 
 
 def test_kubernetes_needs_kubernetes_core_and_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run, "_collection_folders", lambda: [])
-    with pytest.raises(run.RunError, match=r"ansible-galaxy collection install 'kubernetes\.core:>=\d"):
+    with pytest.raises(RunError, match=r"ansible-galaxy collection install 'kubernetes\.core:>=\d"):
         run.check_dependencies(inventory("k8s-mig"))
 
 

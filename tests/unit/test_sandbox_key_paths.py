@@ -14,7 +14,7 @@ import container_sources
 import pytest
 
 from gpuinfra.errors import InvalidInput
-from gpuinfra.run import cluster_inventory
+from gpuinfra.render.inventory import inventory_yaml
 from gpuinfra.sandbox import SandboxConfigError, sandbox_spec
 from gpuinfra.sandbox.access import ensure_state_dir
 from gpuinfra.sandbox.spec import SOURCE_ROOT, check_state_folder, repository_of
@@ -65,7 +65,7 @@ def test_controller_paths_expand_home_and_take_relative_ones_from_the_file(home:
 
 def test_the_inventory_gets_absolute_key_and_known_hosts_paths(home: Path, tmp_path: Path) -> None:
     cluster = write(tmp_path / "site", "~/.local/share/gpuinfra/keys/ssh/id_ed25519", "hosts/known_hosts")
-    conn = cluster_inventory(load_cluster(cluster))["all"]["vars"]
+    conn = inventory_yaml(load_cluster(cluster).resolved)["all"]["vars"]
     assert plain(conn["ansible_ssh_private_key_file"]) == str(home / ".local/share/gpuinfra/keys/ssh/id_ed25519")
     known_hosts = tmp_path / "site" / "hosts" / "known_hosts"
     assert plain(conn["ansible_ssh_common_args"]) == f"-o UserKnownHostsFile={known_hosts}"
@@ -93,7 +93,7 @@ def test_the_committed_sandbox_keeps_its_key_in_the_home_folder_from_any_working
     spec = sandbox_spec(loaded, "localhost/img")
     assert spec.ssh_key == home / ".local/share/gpuinfra/sandbox/ssh/id_ed25519"
     assert spec.known_hosts == home / ".local/share/gpuinfra/sandbox/ssh/known_hosts"
-    conn = cluster_inventory(loaded)["all"]["vars"]
+    conn = inventory_yaml(loaded.resolved)["all"]["vars"]
     assert plain(conn["ansible_ssh_private_key_file"]) == str(spec.ssh_key)
 
 
