@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 
+from .errors import Refused
 from .progress import HostStats
+from .render.applicable import applicable
+from .render.inventory import inventory_yaml
 from .run import DEFAULT_PLAYBOOK, OnUpdate, Outcome, RunOptions, RunResult, playbook_path, run_playbook
+from .targets import target_hosts
+from .validate.load import LoadedCluster
 
 PENDING_PLAYBOOK = "pending.yml"
 PATTERNS = "gpuinfra_site_patterns"
@@ -58,6 +64,37 @@ def site_patterns(site: Path, pending: Path) -> tuple[str, ...] | None:
                 return None
             patterns.append(pattern)
     return tuple(patterns)
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    """What `gpuinfra apply` would run, known before it asks: the inventory (every role variable, computed once and
+    handed to the run as it is), the hosts the limit matches, and how many configuration files the model renders."""
+
+    cluster: str
+    inventory: dict[str, Any]
+    targets: list[str]
+    hosts: int
+    """Hosts in the cluster file, targeted or not."""
+    node_groups: dict[str, tuple[tuple[str, ...], list[str]]]
+    """Node group -> (its roles, its targeted hosts), for the groups with one."""
+    files: int
+
+
+def plan_apply(loaded: LoadedCluster, limit: str | None = None) -> ApplyPlan:
+    """The plan of an apply; raises Refused when `limit` matches no host."""
+    rc = loaded.resolved
+    inventory = inventory_yaml(rc)
+    targets = target_hosts(inventory, limit)
+    if not targets:
+        raise Refused(f"--limit {limit!r} matches no host of cluster {loaded.model.name!r}")
+    wanted = set(targets)
+    node_groups: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+    for name, group in loaded.model.node_groups.items():
+        members = [h.name for h in rc.hosts.values() if h.group == name and h.name in wanted]
+        if members:
+            node_groups[name] = (tuple(group.roles), members)
+    return ApplyPlan(loaded.model.name, inventory, targets, len(rc.hosts), node_groups, len(applicable(rc)))
 
 
 def apply(

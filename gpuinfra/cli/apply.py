@@ -13,12 +13,9 @@ from typing import Any
 import hostlist
 from rich.text import Text
 
-from ..apply import apply
-from ..render.applicable import applicable
-from ..render.inventory import inventory_yaml
+from ..apply import ApplyPlan, apply, plan_apply
+from ..errors import Refused
 from ..run import Outcome, RunError, RunOptions, RunResult
-from ..targets import target_hosts
-from ..validate.load import LoadedCluster
 from . import exitcodes
 from .common import DEFAULT_CLUSTER, add_json
 from .display import display, print_summary
@@ -93,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
     loaded = output.load()
     if loaded is None:
         return exitcodes.INVALID_INPUT
-    # The inventory holds every role variable, computed once here and handed to the run as it is.
-    inventory = inventory_yaml(loaded.resolved)
-    targets = target_hosts(inventory, args.limit)
-    if not targets:
-        return output.refuse(f"--limit {args.limit!r} matches no host of cluster {loaded.model.name!r}")
+    try:
+        plan = plan_apply(loaded, args.limit)
+    except Refused as exc:
+        return output.refuse(str(exc))
+    targets = plan.targets
     if not (args.json and not output.human.isatty()):
-        _print_plan(output, args, loaded, targets)
+        _print_plan(output, args, plan)
 
     if not args.check and not args.yes:
         answer = output.confirm(f"Apply to {len(targets)} host{'s' if len(targets) != 1 else ''}?")
@@ -120,28 +117,24 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         with display(output) as on_update:
-            result = apply(inventory, options, hosts=targets, on_update=on_update)
+            result = apply(plan.inventory, options, hosts=targets, on_update=on_update)
     except RunError as exc:
         return output.fail(str(exc))
     return _result(output, args, result, targets)
 
 
-def _print_plan(output: Output, args: argparse.Namespace, loaded: LoadedCluster, targets: list[str]) -> None:
-    wanted = set(targets)
+def _print_plan(output: Output, args: argparse.Namespace, plan: ApplyPlan) -> None:
     mode = "check (dry run: hosts are not changed)" if args.check else "apply"
     lines = [
-        f"Cluster {loaded.model.name} ({args.file}): {mode}, playbooks/site.yml",
-        f"  hosts: {len(targets)} of {len(loaded.resolved.hosts)}",
+        f"Cluster {plan.cluster} ({args.file}): {mode}, playbooks/site.yml",
+        f"  hosts: {len(plan.targets)} of {plan.hosts}",
     ]
-    for name, group in loaded.model.node_groups.items():
-        members = [h.name for h in loaded.resolved.hosts.values() if h.group == name and h.name in wanted]
-        if members:
-            lines.append(f"    {name} ({', '.join(group.roles)}): {hostlist.collect_hostlist(members)}")
+    for name, (roles, members) in plan.node_groups.items():
+        lines.append(f"    {name} ({', '.join(roles)}): {hostlist.collect_hostlist(members)}")
     if args.tags or args.skip_tags:
         lines.append(f"  tags: {args.tags or 'all'}" + (f", skipping {args.skip_tags}" if args.skip_tags else ""))
-    files = len(applicable(loaded.resolved))
-    if files:
-        lines.append(f"  {files} configuration files rendered from the model (`gpuinfra plan` shows them)")
+    if plan.files:
+        lines.append(f"  {plan.files} configuration files rendered from the model (`gpuinfra plan` shows them)")
     output.console.print(Text("\n".join(lines)))
 
 

@@ -114,6 +114,21 @@ def test_a_limit_that_matches_nothing_is_invalid(
     assert no_run == []
 
 
+def test_the_plan_of_an_apply_is_known_before_anything_runs(cluster: Path, no_run: list[Any]) -> None:
+    """The library's half of apply that asks nothing and runs nothing: the inventory, the targets by node group."""
+    from gpuinfra.apply import plan_apply
+    from gpuinfra.errors import Refused
+    from gpuinfra.validate.load import load_cluster
+
+    plan = plan_apply(load_cluster(cluster), "node*")
+    assert (plan.cluster, plan.targets, plan.hosts) == ("apply-test", ["node1", "node2"], 3)
+    assert plan.node_groups == {"compute": (("monitoring",), ["node1", "node2"])}
+    assert set(plan.inventory["all"]["hosts"]) == {"node1", "node2", "ops1"}
+    with pytest.raises(Refused, match="gpu-nowhere"):
+        plan_apply(load_cluster(cluster), "gpu-nowhere")
+    assert no_run == []
+
+
 @pytest.mark.tools
 def test_apply_then_reapply_json(cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = cluster.parent / "out"
