@@ -215,9 +215,16 @@ def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: 
     try:
         wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), 2 * interval)
         assert node("gpu02")[1] == "gpuinfra-health: 1 of 2 GPUs visible"
-        squeue = on_host("ctl01", "squeue", "--noheader", f"--jobs={job}", shlex.quote("--format=%T|%r"))
-        state, _, reason = squeue.stdout.strip().partition("|")
-        assert state == "PENDING" and "held" not in reason.lower(), squeue.stdout
+
+        def queued() -> str:
+            done = on_host("ctl01", "squeue", "--noheader", f"--jobs={job}", shlex.quote("--format=%T|%r"))
+            return done.stdout.strip()
+
+        # The prolog may still be running on gpu02 (RUNNING|Prolog) when the drain shows: it fails there, and
+        # Slurm puts the job back. Its outcome is what counts.
+        wait_for("the job out of gpu02's prolog", lambda: queued() != "RUNNING|Prolog", 2 * interval)
+        state, _, reason = queued().partition("|")
+        assert state == "PENDING" and "held" not in reason.lower(), (state, reason)
         history = on_host("ctl01", "sacct", "--noheader", "--allocations", "--parsable2", "--duplicates",
                           f"--jobs={job}", "--format=State,NodeList")  # fmt: skip
         runs = [tuple(line.split("|")) for line in history.stdout.splitlines()]
