@@ -89,11 +89,13 @@ def plan_apply(loaded: LoadedCluster, limit: str | None = None) -> ApplyPlan:
     if not targets:
         raise Refused(f"--limit {limit!r} matches no host of cluster {loaded.model.name!r}")
     wanted = set(targets)
-    node_groups: dict[str, tuple[tuple[str, ...], list[str]]] = {}
-    for name, group in loaded.model.node_groups.items():
-        members = [h.name for h in rc.hosts.values() if h.group == name and h.name in wanted]
-        if members:
-            node_groups[name] = (tuple(group.roles), members)
+    members: dict[str, list[str]] = {}
+    for host in rc.hosts.values():  # one pass: a fleet has thousands of hosts
+        if host.name in wanted:
+            members.setdefault(host.group, []).append(host.name)
+    node_groups: dict[str, tuple[tuple[str, ...], list[str]]] = {
+        name: (tuple(group.roles), members[name]) for name, group in loaded.model.node_groups.items() if name in members
+    }
     return ApplyPlan(loaded.model.name, inventory, targets, len(rc.hosts), node_groups, len(applicable(rc)))
 
 

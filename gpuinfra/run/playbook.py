@@ -7,7 +7,6 @@ What a run reports (task names, diffs, failure messages, Ansible's errors and wa
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from ..redact import Redactor, secrets_folders
 from ..unsafe import as_data
 from .environment import INVENTORY_SOURCE, check_dependencies, default_forks, envvars, run_directory, write_private
 from .result import RunError, RunResult, outcome_of
-from .stopping import sigint_cancels, stop_ansible
+from .stopping import Stopper, sigint_cancels
 
 PLAYBOOKS = ROOT / "playbooks"
 DEFAULT_PLAYBOOK = "site.yml"
@@ -60,34 +59,6 @@ def playbook_path(playbook: str | Path) -> Path:
     return path
 
 
-class _Stopper:
-    """Whether the run must stop, polled by runner: the caller's cancel, Ctrl-C, the timeout, or an error in a
-    callback (a display bug must stop the run cleanly, not leave ansible-playbook behind). The first yes stops
-    ansible-playbook and everything it started."""
-
-    def __init__(self, cancel: Callable[[], bool] | None, timeout: int | None) -> None:
-        self.cancel, self.timeout = cancel, timeout
-        self.cancelled, self.timed_out = threading.Event(), threading.Event()
-        self.errors: list[BaseException] = []
-        self.started = time.monotonic()
-        self.run_dir: Path | None = None
-        self._stopped = False
-
-    def __call__(self) -> bool:
-        try:
-            if self.cancel is not None and self.cancel():
-                self.cancelled.set()
-        except Exception as exc:
-            self.errors.append(exc)
-        if self.timeout and time.monotonic() - self.started > self.timeout:
-            self.timed_out.set()
-        stop = self.cancelled.is_set() or self.timed_out.is_set() or bool(self.errors)
-        if stop and not self._stopped and self.run_dir is not None:
-            self._stopped = True
-            stop_ansible(self.run_dir)
-        return stop
-
-
 def run_playbook(
     inventory: Mapping[str, Any],
     options: RunOptions | None = None,
@@ -107,7 +78,7 @@ def run_playbook(
     check_dependencies(inventory)
     folders = secrets_folders(inventory, options.extra_vars)
     progress = RunProgress(hosts or [], redact=Redactor.from_folders(folders))
-    stopper = _Stopper(cancel, options.timeout)
+    stopper = Stopper(cancel, options.timeout)
 
     def on_event(event: Event) -> bool:
         try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -60,3 +61,31 @@ def _children(process: psutil.Process) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
         return list(process.children(recursive=True))
     return []
+
+
+class Stopper:
+    """Whether the run must stop, polled by runner: the caller's cancel, Ctrl-C, the timeout, or an error in a
+    callback (a display bug must stop the run cleanly, not leave ansible-playbook behind). The first yes stops
+    ansible-playbook and everything it started."""
+
+    def __init__(self, cancel: Callable[[], bool] | None, timeout: int | None) -> None:
+        self.cancel, self.timeout = cancel, timeout
+        self.cancelled, self.timed_out = threading.Event(), threading.Event()
+        self.errors: list[BaseException] = []
+        self.started = time.monotonic()
+        self.run_dir: Path | None = None
+        self._stopped = False
+
+    def __call__(self) -> bool:
+        try:
+            if self.cancel is not None and self.cancel():
+                self.cancelled.set()
+        except Exception as exc:
+            self.errors.append(exc)
+        if self.timeout and time.monotonic() - self.started > self.timeout:
+            self.timed_out.set()
+        stop = self.cancelled.is_set() or self.timed_out.is_set() or bool(self.errors)
+        if stop and not self._stopped and self.run_dir is not None:
+            self._stopped = True
+            stop_ansible(self.run_dir)
+        return stop
