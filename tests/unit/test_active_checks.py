@@ -3,7 +3,7 @@ all_reduce_perf, nvbandwidth) read and judged against the catalog's floors (gpui
 
 No real output of these tools is at hand: ../shared/reference/gpu-checks holds NVIDIA's JSON schema of `dcgmi diag -j`
 and a description of the text outputs, no recording. The passing cases are the sandbox's stand-ins
-(gpuinfra/sandbox/checks, synthetic, in each tool's format as its source prints it); the failing ones are copies of
+(gpuinfra/sandbox/gpus/checks, synthetic, in each tool's format as its source prints it); the failing ones are copies of
 them with one thing changed each. Every DCGM document used as DCGM's own output is validated against the schema.
 """
 
@@ -32,7 +32,7 @@ active = module_util("active_checks")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "plugins" / "module_utils" / "active_checks.py"
-STANDINS = ROOT / "gpuinfra" / "sandbox" / "checks"
+STANDINS = ROOT / "gpuinfra" / "sandbox" / "gpus" / "checks"
 SCHEMA = ROOT.parent / "shared" / "reference" / "gpu-checks" / "dcgm_diag_schema.json"
 SCHEMA_SHA256 = "dc2b3606beb625db24ef5cf7f1d006b4adf22eeb76e32477f385df3330bd1377"  # NVIDIA/DCGM@686e1024, re-indented
 

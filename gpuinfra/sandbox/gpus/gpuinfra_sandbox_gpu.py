@@ -2,7 +2,10 @@
 """Set the state this sandbox node's emulated GPUs answer with: healthy, xid79, row-remap-pending or gpu-missing.
 
 A state with kernel messages (STATE.kern.log) also appends them, time-stamped, to the sandbox's kernel log, as the
-driver would print them when the fault happens."""
+driver would print them when the fault happens.
+
+`--checks CHECK-fail` makes that active check's stand-in tool (gpu_checks.py) answer with its failing output on this
+node, GPUs otherwise healthy; `--checks pass` makes them all pass again."""
 
 import os
 import sys
@@ -12,6 +15,16 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 FOLDER = "/var/lib/gpuinfra-sandbox"
 STATES = sorted(name[: -len(".xml")] for name in os.listdir(HERE) if name.endswith(".xml"))
 
+CHECKS = ("pass", "dcgm-fail", "nccl-fail", "nvbandwidth-fail")
+
+if sys.argv[1:2] == ["--checks"]:
+    if len(sys.argv) != 3 or sys.argv[2] not in CHECKS:
+        sys.exit(f"usage: gpuinfra-sandbox-gpu --checks {{{','.join(CHECKS)}}}")
+    os.makedirs(FOLDER, exist_ok=True)
+    with open(os.path.join(FOLDER, "checks-state"), "w", encoding="ascii") as out:
+        out.write(sys.argv[2] + "\n")
+    print(f"active check stand-ins now answer as {sys.argv[2]}")
+    sys.exit(0)
 if len(sys.argv) != 2 or sys.argv[1] not in STATES:
     sys.exit(f"usage: gpuinfra-sandbox-gpu {{{','.join(STATES)}}}")
 state = sys.argv[1]
