@@ -16,6 +16,11 @@ MIN_CHECK_INTERVAL = 10
 MAX_CHECK_INTERVAL = 86400
 # A week unknown is a node nobody looks at.
 MAX_UNKNOWN_LIMIT = 7 * 86400
+# DCGM's level 1 takes seconds and level 4 hours; an admission longer than a working day holds a node for nothing.
+MIN_ADMISSION_TIMEOUT = 60
+MAX_ADMISSION_TIMEOUT = 12 * 3600
+
+ActiveCheck = Literal["dcgm_diag", "nccl_all_reduce", "host_bandwidth"]
 
 
 class HealthCheck(Model):
@@ -87,6 +92,34 @@ class XidRepetition(Model):
         return value
 
 
+class Admission(Model):
+    checks: list[ActiveCheck] = []
+    """The active checks a node passes before it takes jobs again: after `gpuinfra upgrade`, when it is resumed
+    (playbooks/resume.yml) and on request (`gpuinfra health --admit NODES`). dcgm_diag is DCGM's diagnostic
+    (`dcgmi`); nccl_all_reduce (nccl-tests' all_reduce_perf) and host_bandwidth (nvbandwidth) judge bandwidth against
+    the catalog's floor for the GPU model. The tools must be on the nodes (see docs/health.md): a missing one keeps
+    the node out of service. Empty (the default): no gate, nodes resume on the passive health check alone."""
+    dcgm_level: Literal[1, 2, 3, 4] = 2
+    """DCGM's run level: 1 takes seconds, 2 about two minutes, 3 about fifteen."""
+    timeout: Duration = "30m"
+    """How long one node's checks may take, the wait for its admission job included; past it the node stays out
+    of service with a reason that says so."""
+
+    @field_validator("checks")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a check more than once")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_in_range(cls, value: str) -> str:
+        if not MIN_ADMISSION_TIMEOUT <= duration_seconds(value) <= MAX_ADMISSION_TIMEOUT:
+            raise ValueError(f"must be between 1m and 12h, not {value}")
+        return value
+
+
 class Health(Model):
     max_temperature_c: Annotated[int, Field(ge=40, le=110)] = 85
     max_uncorrectable_ecc: NonNegativeInt = 0
@@ -100,6 +133,8 @@ class Health(Model):
     check_pcie_link: bool = True
     check: HealthCheck = HealthCheck()
     """The continuous check on every GPU node, and what it does to the scheduler."""
+    admission: Admission = Admission()
+    """The gate a node passes, on active checks run as a Slurm job, before it takes jobs."""
 
     @field_validator("xid_classes")
     @classmethod

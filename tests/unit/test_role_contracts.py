@@ -88,6 +88,8 @@ EXCEPTIONS: dict[str, str] = {
         "follows the file's orchestrator (hpc_job with Slurm, pod with Kubernetes); a role on its own assumes none"
     ),
     "gpu_health_expected_pci_ids": "the GPU model's, from the node group; a role on its own knows no model",
+    "gpu_health_nccl_floor": "the GPU model's floor, from the catalog; a role on its own knows no model",
+    "gpu_health_host_floor": "the GPU model's floor, from the catalog; a role on its own knows no model",
     "gpu_health_scheduler": (
         "follows the host's roles (slurm_compute, k8s_gpu_worker); a role on its own only reports, changing nothing"
     ),

@@ -20,6 +20,8 @@ from .concern import Concern
 # kernel log instead. Their running kernel is the machine's own, without the nvidia module, so modinfo is skipped.
 EMULATED_GPU_TOOLS = "/usr/local/lib/gpuinfra-sandbox"
 EMULATED_KERNEL_LOG = "/var/lib/gpuinfra-sandbox/kern.log"
+# The active checks' tools, which the sandbox also answers for with stand-ins (gpus/gpu_checks.py).
+ACTIVE_TOOLS = ("dcgmi", "all_reduce_perf", "nvbandwidth")
 
 # As the first GPU node has them: the health program's settings (the model's policy, the host's GPUs), and on a
 # Kubernetes GPU node, where no Slurm health check runs it, the systemd timer that does.
@@ -58,6 +60,11 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_unknown_limit": duration_seconds(health.check.unknown_limit),
         "gpu_health_max_drained": str(health.check.max_drained),
         "gpu_health_mode": health.check.mode,
+        "gpu_health_active_checks": list(health.admission.checks),
+        "gpu_health_dcgm_level": health.admission.dcgm_level,
+        "gpu_health_active_timeout": duration_seconds(health.admission.timeout),
+        "gpu_admission_enabled": bool(health.admission.checks),
+        "gpu_admission_timeout": duration_seconds(health.admission.timeout),
     }
 
 
@@ -66,6 +73,7 @@ def host_vars(host: Host) -> dict[str, Any]:
     spec = catalog.lookup(host.gpu_model) if host.gpu_model else None
     if spec is not None:
         out["gpu_health_expected_pci_ids"] = list(spec.pci_ids)
+        out.update(_active_floors(spec.name))
     if "slurm_compute" in host.roles:
         out["gpu_health_scheduler"] = "slurm"
     elif "k8s_gpu_worker" in host.roles:
@@ -74,7 +82,21 @@ def host_vars(host: Host) -> dict[str, Any]:
         out["gpu_health_nvidia_smi"] = f"{EMULATED_GPU_TOOLS}/nvidia-smi"
         out["gpu_health_kernel_log"] = EMULATED_KERNEL_LOG
         out["gpu_health_check_kernel_module"] = False
+        out["gpu_health_active_tools"] = {tool: f"{EMULATED_GPU_TOOLS}/{tool}" for tool in ACTIVE_TOOLS}
     return out
+
+
+def _active_floors(model: str) -> dict[str, Any]:
+    """The catalog's bandwidth floors for the model at its own PCIe generation; none for a model it has no link
+    figures for (the bandwidth checks then say they cannot judge)."""
+    link = catalog.interconnect(model)
+    if link is None:
+        return {}
+    floors = {
+        "nccl": catalog.nccl_all_reduce_floor(model, link.pcie_gen),
+        "host": catalog.host_bandwidth_floor(model, link.pcie_gen),
+    }
+    return {f"gpu_health_{kind}_floor": {"gbps": floor.gbps, "of": floor.of} for kind, floor in floors.items()}
 
 
 CONCERN = Concern("health", ARTIFACTS, group_vars, host_vars=host_vars)
