@@ -1,11 +1,13 @@
 """`gpuinfra health FILE`: sweep every GPU node with the health module; a table or --json; --drain-unhealthy
-drains the unhealthy nodes in Slurm, with their first problem as the reason (running jobs finish)."""
+drains the unhealthy nodes in Slurm, with their first problem as the reason (running jobs finish). `--admit NODES`
+puts nodes back in service through the admission gate instead."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any, TextIO
 
+from ..admission import Admission, admit
 from ..errors import GpuinfraError
 from ..health_sweep import NodeHealth, Status, Sweep, sweep
 from . import exitcodes
@@ -23,6 +25,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="drain unhealthy Slurm nodes, with the problem as the reason (jobs running there finish)",
     )
+    parser.add_argument(
+        "--admit",
+        metavar="NODES",
+        help="put these nodes (Ansible host pattern) back in service once their active checks pass, run as a Slurm "
+        "job on each; a node that fails stays drained with the check and its figure as the reason",
+    )
     add_extra_vars(parser)
     add_json(parser)
     parser.set_defaults(func=run)
@@ -34,6 +42,18 @@ def run(args: argparse.Namespace) -> int:
     extra = output.extra_vars(args.extra_vars) if loaded is not None else None
     if loaded is None or extra is None:
         return exitcodes.INVALID_INPUT
+    if args.admit is not None:
+        if args.limit or args.drain_unhealthy:
+            return output.refuse("--admit names its own nodes: give it alone, without --limit or --drain-unhealthy")
+        try:
+            with display(output) as on_update:
+                admitted = admit(loaded, args.admit, extra, on_update)
+        except GpuinfraError as exc:
+            return output.error(exc)
+        if not args.json:
+            _print_admissions(output.human, admitted)
+        code = exitcodes.OK if all(a.admitted for a in admitted) else exitcodes.FAILED
+        return output.finish({"admissions": [a.as_dict() for a in admitted]}, code)
     try:
         with display(output) as on_update:
             found = sweep(loaded, args.limit, args.drain_unhealthy, extra, on_update)
@@ -54,6 +74,14 @@ def _print_sweep(out: TextIO, found: Sweep) -> None:
     others = [f"{found.count(kind)} {label}" for kind, label in OTHER_COUNTS if found.count(kind)]
     summary = [f"{found.count('healthy')} of {len(found.nodes)} GPU node(s) healthy", *others]
     out.write(f"\n{', '.join(summary)}\n")
+
+
+def _print_admissions(out: TextIO, admitted: list[Admission]) -> None:
+    width = max([len("NODE")] + [len(a.node) for a in admitted])
+    out.write(f"{'NODE':<{width}}  {'ADMITTED':<8}  REASON\n")
+    for a in admitted:
+        out.write(f"{a.node:<{width}}  {'yes' if a.admitted else 'no':<8}  {a.reason or '-'}\n")
+    out.write(f"\n{sum(a.admitted for a in admitted)} of {len(admitted)} node(s) admitted\n")
 
 
 # Besides the healthy: what the summary line counts, in this order.

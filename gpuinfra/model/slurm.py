@@ -205,10 +205,20 @@ class Containers(Model):
         return self
 
 
+# gpuinfra's own partition: the admission gate's and the active checks' jobs, root only, hidden from users.
+CHECKS_PARTITION = "gpuinfra"
+
+
+def _not_reserved(value: dict[str, Partition]) -> dict[str, Partition]:
+    if CHECKS_PARTITION in value:
+        raise ValueError(f"{CHECKS_PARTITION!r} is gpuinfra's own partition, for its health checks: name it otherwise")
+    return value
+
+
 class Slurm(Model):
     cluster_name: Name | None = None
     """Defaults to the cluster's name."""
-    partitions: Annotated[dict[Name, Partition], Field(min_length=1)]
+    partitions: Annotated[dict[Name, Partition], Field(min_length=1), AfterValidator(_not_reserved)]
     qos: dict[Name, Qos] = {}
     accounts: dict[Name, Account] = {}
     priority: Priority = Priority()

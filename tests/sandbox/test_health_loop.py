@@ -16,12 +16,14 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api
 
 from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.render.vars.health import EMULATED_KERNEL_LOG
@@ -427,3 +429,65 @@ def test_a_fault_on_every_gpu_node_takes_at_most_the_limit_out(interval: int, on
     finally:
         _restore()
     wait_for("both in service", lambda: not any(drained(node(h)[0]) for h in ("gpu01", "gpu02")), one_interval)
+
+
+def _admit(host: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "gpuinfra", "health", str(SANDBOX_CLUSTER), "--admit", host, "--json"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _job(job: str) -> tuple[str, str, str]:
+    """A finished or running job's state, node and start time (epoch seconds), from slurmdbd."""
+    done = on_host("ctl01", "env", "SLURM_TIME_FORMAT=%s", "sacct", "--noheader", "--allocations", "--parsable2",
+                   f"--jobs={job}", "--format=State,NodeList,Start")  # fmt: skip
+    state, nodes, start = done.stdout.strip().splitlines()[-1].split("|")
+    return state, nodes, start
+
+
+def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interval: int) -> None:
+    """`gpuinfra health --admit gpu02` with its all-reduce under the L4's floor: the gate drains gpu02 (`gpuinfra:
+    admission`), runs the three checks as a root job in gpuinfra's own partition, inside a reservation no user job
+    may use, and leaves the node drained with the check and its figure. A job alice sent to gpu02 meanwhile never
+    starts. With the checks passing, the next admission puts gpu02 back, and only then does alice's job start;
+    the controller keeps each admission in its history."""
+    _restore()
+    history = "/var/lib/gpuinfra/admission/history.jsonl"
+    before = len(on_host("ctl01", "cat", history).stdout.splitlines())
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--nodelist=gpu02",
+              "--chdir=/tmp", "--wrap", shlex.quote("hostname")]  # fmt: skip
+    job = ""
+    try:
+        assert on_host("gpu02", SWITCH, "--checks", "nccl-fail").returncode == 0
+        gate = _admit("gpu02")
+        wait_for("gpu02 in admission", lambda: node("gpu02")[1] == "gpuinfra: admission" or gate.poll() is not None,
+                 120)  # fmt: skip
+        submitted = on_host("ctl01", *sbatch)
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.strip()
+        out, err = gate.communicate(timeout=300)
+        assert gate.returncode == 1, out + err
+        [refused] = json.loads(out)["admissions"]
+        floor = "gpuinfra admission: nccl all_reduce busbw 4.6 GB/s below the 7.8 GB/s floor of L4 at PCIe Gen4"
+        assert (refused["admitted"], refused["reason"]) == (False, floor), refused
+        assert node("gpu02") == ("drained", floor)
+        assert _job(job)[0] == "PENDING"
+
+        assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
+        gate = _admit("gpu02")
+        out, err = gate.communicate(timeout=300)
+        assert gate.returncode == 0, out + err
+        assert json.loads(out)["admissions"] == [{"node": "gpu02", "admitted": True, "reason": ""}]
+        assert not drained(node("gpu02")[0]) and node("gpu02")[1] == "", node("gpu02")
+        wait_for("alice's job ran", lambda: _job(job)[0] == "COMPLETED", 60)
+        checks = on_host("ctl01", "env", "SLURM_TIME_FORMAT=%s", "sacct", "--noheader", "--allocations",
+                         "--parsable2", "--user=root", "--name=gpuinfra-admission", "--partition=gpuinfra",
+                         "--format=State,NodeList,End")  # fmt: skip
+        last_check_end = max(int(line.split("|")[2]) for line in checks.stdout.splitlines() if "|gpu02|" in line)
+        assert int(_job(job)[2]) >= last_check_end, (_job(job), checks.stdout)
+        kept = [json.loads(line) for line in on_host("ctl01", "cat", history).stdout.splitlines()[before:]]
+        assert [(k["node"], k["verdict"]) for k in kept] == [("gpu02", "fail"), ("gpu02", "pass")], kept
+    finally:
+        on_host("gpu02", SWITCH, "--checks", "pass")
+        if job:
+            on_host("ctl01", "scancel", job)
+        _restore()

@@ -63,8 +63,6 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_active_checks": list(health.admission.checks),
         "gpu_health_dcgm_level": health.admission.dcgm_level,
         "gpu_health_active_timeout": duration_seconds(health.admission.timeout),
-        "gpu_admission_enabled": bool(health.admission.checks),
-        "gpu_admission_timeout": duration_seconds(health.admission.timeout),
     }
 
 

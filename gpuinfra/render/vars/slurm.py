@@ -21,7 +21,7 @@ from ... import catalog
 from ...hostlists import expand_hosts
 from ...model import Cluster, NodeGroup
 from ...model.grammar import duration_seconds
-from ...model.slurm import ROOT_SWITCH, Account, Qos, Slurm
+from ...model.slurm import CHECKS_PARTITION, ROOT_SWITCH, Account, Qos, Slurm
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
@@ -265,6 +265,27 @@ def partitions(model: Cluster, slurm: Slurm) -> list[dict[str, Any]]:
     return out
 
 
+def checks_partition(rc: ResolvedCluster) -> list[dict[str, Any]]:
+    """gpuinfra's own partition of every GPU compute node, for the admission gate's check jobs: root alone may use
+    it (root's association needs no account a user partition allows), users never see it, and it ranks below every
+    user partition. None without the gate."""
+    hosts = [h.name for h in rc.with_role("slurm_compute") if h.gpu_count]
+    if not rc.model.health.admission.checks or not hosts:
+        return []
+    admission = duration_seconds(rc.model.health.admission.timeout)
+    return [
+        {
+            "name": CHECKS_PARTITION,
+            "nodes": _hostlist(hosts),
+            "root_only": True,
+            "hidden": True,
+            "max_time": str(-(-admission // 60)),
+            "default": False,
+            "priority_tier": 0,
+        }
+    ]
+
+
 def qos_list(slurm: Slurm) -> list[dict[str, Any]]:
     def one(name: str, qos: Qos) -> dict[str, Any]:
         return {
@@ -386,7 +407,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_common_cluster_name": cluster,
         "slurm_common_nodes": nodes(rc, gpus),
         "slurm_common_extra_config": dict(slurm.extra_config),
-        "slurm_common_partitions": partitions(model, slurm),
+        "slurm_common_partitions": partitions(model, slurm) + checks_partition(rc),
         "slurm_common_gres": gres(rc, gpus),
         "slurm_common_gres_includes": mig_gres_includes(gpus),
         "slurm_common_gres_autodetect": slurm.gres_autodetect,
