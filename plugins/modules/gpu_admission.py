@@ -68,7 +68,7 @@ options:
   poll:
     description: Seconds between two looks at the nodes and their jobs.
     type: float
-    default: 2
+    default: 1
 author: gpuinfra maintainers
 """
 
@@ -373,7 +373,7 @@ def main() -> None:
             "take_over": {"type": "bool", "default": False},
             "program": {"type": "path", "default": "/usr/local/sbin/gpuinfra-active-checks"},
             "history": {"type": "path", "default": "/var/lib/gpuinfra/admission/history.jsonl"},
-            "poll": {"type": "float", "default": 2},
+            "poll": {"type": "float", "default": 1},
         },
     )
     nodes = list(dict.fromkeys(module.params["nodes"]))
