@@ -58,7 +58,7 @@ with open(sys.argv[0] + ".log", "a") as log:
     log.write(json.dumps(sys.argv[1:]) + "\n")
 if sys.argv[1:3] == ["show", "node"]:
     reason = f" Reason={node['reason']} [root@2026-11-25T03:00:00]" if node["reason"] else ""
-    print(f"NodeName={sys.argv[3]} Arch=x86_64 CPUTot=2 State={node['state']} Partitions=gpu{reason}")
+    print(f"NodeName={sys.argv[3]} Arch=x86_64 CPUTot=2 State={node['state']} Partitions=gpu,gpuinfra{reason}")
 elif sys.argv[1] == "pidinfo":
     job = node.get("jobs", {}).get(sys.argv[2])
     if job is None:
@@ -541,6 +541,8 @@ def test_the_breaker_spares_a_node_once_its_partition_holds_the_limit(node: Node
     code, verdict = node.run()
     assert (code, node.slurm_node) == (1, {"state": "IDLE+DRAIN", "reason": XID79_REASON}), verdict["action"]
     assert "gpuinfra_health_spared 0" in metrics.read_text().splitlines()
+    # gpuinfra's own partition of every GPU node (the admission gate's) is no team's: it has no limit of its own.
+    assert {c[2] for c in node.calls("sinfo")} == {"--partition=gpu"}
 
 
 def test_nodes_that_fail_together_keep_only_the_limit_drained(node: Node) -> None:

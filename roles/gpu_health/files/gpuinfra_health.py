@@ -64,6 +64,9 @@ SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/s
 # FAIL, a maintenance reservation, a reboot in progress): the program never changes those.
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING"})
 HELD_STATES = frozenset({"DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED", "REBOOT_REQUESTED"})
+# gpuinfra's own partition of every GPU node, for the admission gate's check jobs: no team's, so the breaker counts
+# the teams' partitions only (a fleet-wide count would cap small partitions' limits).
+CHECKS_PARTITION = "gpuinfra"
 # Slurm's limit on a reason is generous; a short one stays readable in sinfo -R.
 REASON_LENGTH = 120
 
@@ -245,7 +248,8 @@ def reason_text(what: str) -> str:
 
 
 def slurm_node(name: str) -> tuple[set[str], str, list[str]]:
-    """The node's state flags (IDLE, DRAIN, ...), its reason and its partitions, from `scontrol show node`."""
+    """The node's state flags (IDLE, DRAIN, ...), its reason and its partitions but gpuinfra's own, from `scontrol
+    show node`."""
     rc, out, err = run(["scontrol", "show", "node", name, "--oneliner"])
     if rc != 0:
         raise Failure(f"scontrol show node {name}: {err.strip() or f'exit code {rc}'}")
@@ -253,7 +257,8 @@ def slurm_node(name: str) -> tuple[set[str], str, list[str]]:
     reason = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]]*\])?\s*$", out.strip())
     partitions = re.search(r"(?:^|\s)Partitions=(\S+)", out)
     flags = set(re.split(r"[+*~#!%$@^-]+", state.group(1).upper())) - {""} if state else set()
-    return flags, reason.group(1) if reason else "", partitions.group(1).split(",") if partitions else []
+    names = partitions.group(1).split(",") if partitions else []
+    return flags, reason.group(1) if reason else "", [p for p in names if p != CHECKS_PARTITION]
 
 
 def slurm_act(name: str, healthy: bool, reason: str, breaker: Breaker | None = None) -> str:
