@@ -176,7 +176,14 @@ def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path
     """The rest of site.yml's end state: each partition of the cluster file, and monitoring at work."""
     sinfo = on_host("ctl01", "sinfo", "--noheader", shlex.quote("--format=%R %D %G"))
     assert sinfo.returncode == 0, sinfo.stderr
-    assert sorted(sinfo.stdout.splitlines()) == ["nlp 2 gpu:l4:2", "scavenger 2 gpu:l4:2", "vision 2 gpu:l4:2"]
+    partitions = ["nlp 2 gpu:l4:2", "scavenger 2 gpu:l4:2", "vision 2 gpu:l4:2"]
+    assert sorted(sinfo.stdout.splitlines()) == ["gpuinfra 2 gpu:l4:2", *partitions]
+    # gpuinfra's own partition, where the admission gate's check jobs run, is root's: users neither see nor use it.
+    seen = on_host("ctl01", "runuser", "-u", "alice", "--", "sinfo", "--noheader", "--format=%R")
+    assert sorted(seen.stdout.split()) == ["nlp", "scavenger", "vision"], seen.stdout
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--partition=gpuinfra", "--chdir=/tmp", "--wrap", "hostname"]
+    refused = on_host("ctl01", *sbatch)
+    assert refused.returncode != 0 and "Access/permission denied" in refused.stderr, refused.stderr
     units = {
         "ctl01": ["prometheus-node-exporter", "prometheus", "prometheus-alertmanager"],
         "gpu01": ["prometheus-node-exporter"],
