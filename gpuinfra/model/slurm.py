@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import posixpath
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -205,13 +205,14 @@ class Containers(Model):
         return self
 
 
-# gpuinfra's own partition: the admission gate's and the active checks' jobs, root only, hidden from users.
-CHECKS_PARTITION = "gpuinfra"
+# gpuinfra's own partition and QoS: the admission gate's and the active checks' jobs, root only, hidden from users,
+# under no user's limits.
+CHECKS_PARTITION = CHECKS_QOS = "gpuinfra"
 
 
-def _not_reserved(value: dict[str, Partition]) -> dict[str, Partition]:
+def _not_reserved(value: dict[str, Any]) -> dict[str, Any]:
     if CHECKS_PARTITION in value:
-        raise ValueError(f"{CHECKS_PARTITION!r} is gpuinfra's own partition, for its health checks: name it otherwise")
+        raise ValueError(f"{CHECKS_PARTITION!r} is gpuinfra's own, for its health checks: name it otherwise")
     return value
 
 
@@ -219,7 +220,7 @@ class Slurm(Model):
     cluster_name: Name | None = None
     """Defaults to the cluster's name."""
     partitions: Annotated[dict[Name, Partition], Field(min_length=1), AfterValidator(_not_reserved)]
-    qos: dict[Name, Qos] = {}
+    qos: Annotated[dict[Name, Qos], AfterValidator(_not_reserved)] = {}
     accounts: dict[Name, Account] = {}
     priority: Priority = Priority()
     preempt_mode: Literal["off", "cancel", "requeue"] = "off"

@@ -50,6 +50,7 @@ def plan(
         [CLUSTER] if clusters is None else clusters,
         have_qos,
         assocs,
+        wanted.get("root_qos"),
     )
     return result
 
@@ -112,6 +113,25 @@ def test_a_removed_user_loses_the_association_and_a_removed_account_is_reported_
     commands, unmanaged = plan(have("qos"), have("assoc"), qos=qos, accounts=accounts)
     assert commands == [["delete", "user", "where", "name=alice", "account=teama", f"cluster={CLUSTER}"]]
     assert unmanaged == ["qos onegpu", "account teamb"]
+
+
+def test_root_gains_gpuinfras_check_qos_once_and_keeps_what_it_had() -> None:
+    gpuinfra = {"name": "gpuinfra", "priority": 0, "preempt": [], "preempt_mode": "cluster"}
+    qos = [*WANTED["slurm_accounting_qos"], gpuinfra]
+    commands, unmanaged = plan(have("qos"), have("assoc"), qos=qos, root_qos=["gpuinfra"])
+    assert commands == [
+        ["add", "qos", "gpuinfra"],
+        ["modify", "user", "where", "name=root", "account=root", f"cluster={CLUSTER}", "set", "QOS+=gpuinfra"],
+    ]
+    assert unmanaged == []
+    granted = [
+        {**row, "qos": "gpuinfra,normal"} if (row["account"], row["user"]) == ("root", "root") else row
+        for row in have("assoc")
+    ]
+    have_qos = [*have("qos"), {"name": "gpuinfra", "priority": "0", "preemptmode": "cluster"}]
+    assert plan(have_qos, granted, qos=qos, root_qos=["gpuinfra"]) == ([], [])
+    # With the gate turned off, gpuinfra's QoS stays (its jobs' history names it) and is not reported.
+    assert plan(have_qos, granted) == ([], [])
 
 
 @pytest.mark.parametrize(

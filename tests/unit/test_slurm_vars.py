@@ -366,7 +366,9 @@ def test_configless_keeps_the_files_only_where_they_cannot_be_fetched() -> None:
 
 def test_each_compute_group_gets_its_own_node_definition_without_names() -> None:
     model = _cluster()
-    assert slurm.node_group_vars(resolve(model)) == {"gpu": {"slurm_compute_node": {"gres": ["gpu:h100:1"]}}}
+    assert slurm.node_group_vars(resolve(model)) == {
+        "gpu": {"slurm_compute_node": {"gres": ["gpu:h100:1"]}, "slurm_compute_admission": False}
+    }
     assert "SlurmctldParameters=enable_configless" in rendered(SMALL)["slurm/slurm.conf"]
 
 

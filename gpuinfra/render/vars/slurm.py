@@ -21,7 +21,7 @@ from ... import catalog
 from ...hostlists import expand_hosts
 from ...model import Cluster, NodeGroup
 from ...model.grammar import duration_seconds
-from ...model.slurm import CHECKS_PARTITION, ROOT_SWITCH, Account, Qos, Slurm
+from ...model.slurm import CHECKS_PARTITION, CHECKS_QOS, ROOT_SWITCH, Account, Qos, Slurm
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
@@ -177,12 +177,17 @@ def _node_lines(rc: ResolvedCluster, gpus: GpuGres) -> dict[str, dict[str, Any]]
 
 def node_group_vars(rc: ResolvedCluster) -> dict[str, dict[str, Any]]:
     """Compute node group -> its definition in slurm.conf without its names, which slurm_compute keeps beside
-    slurmd's options: a change restarts that group's slurmd, and a new node in another group changes nothing."""
+    slurmd's options: a change restarts that group's slurmd, and a new node in another group changes nothing.
+    With the admission gate, a GPU group's joining machines are held out of service until their checks pass."""
     if rc.model.slurm is None:
         return {}
     lines = _node_lines(rc, gpu_gres(rc))
+    gated = bool(checks_partition(rc))
     return {
-        name: {"slurm_compute_node": {key: value for key, value in line.items() if key != "names"}}
+        name: {
+            "slurm_compute_node": {key: value for key, value in line.items() if key != "names"},
+            "slurm_compute_admission": gated and rc.model.node_groups[name].gpu is not None,
+        }
         for name, line in lines.items()
     }
 
@@ -286,7 +291,14 @@ def checks_partition(rc: ResolvedCluster) -> list[dict[str, Any]]:
     ]
 
 
-def qos_list(slurm: Slurm) -> list[dict[str, Any]]:
+def checks_qos(rc: ResolvedCluster) -> list[str]:
+    """gpuinfra's own QoS, which root's check jobs run under so that no limit meant for users holds them (a QoS of
+    one GPU per job would keep the gate's job for a node of eight pending). None without the gate or accounting."""
+    slurm = rc.model.slurm
+    return [CHECKS_QOS] if checks_partition(rc) and slurm is not None and slurm.accounting else []
+
+
+def qos_list(slurm: Slurm, own: list[str]) -> list[dict[str, Any]]:
     def one(name: str, qos: Qos) -> dict[str, Any]:
         return {
             "name": name,
@@ -300,7 +312,7 @@ def qos_list(slurm: Slurm) -> list[dict[str, Any]]:
             "preempt_grace_s": duration_seconds(qos.preempt_grace) if qos.preempt_grace else 0,
         }
 
-    return [one(name, qos) for name, qos in slurm.qos.items()]
+    return [one(name, qos) for name, qos in slurm.qos.items()] + [one(name, Qos()) for name in own]
 
 
 def accounts(slurm: Slurm) -> list[dict[str, Any]]:
@@ -436,8 +448,9 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_compute_health_check_program": health_check,
         "slurm_compute_health_check_on_job_start": model.health.check.on_job_start,
         "slurm_accounting_cluster_name": cluster,
-        "slurm_accounting_qos": qos_list(slurm),
+        "slurm_accounting_qos": qos_list(slurm, checks_qos(rc)),
         "slurm_accounting_accounts": accounts(slurm),
+        "slurm_accounting_root_qos": checks_qos(rc),
     }
 
 

@@ -3,7 +3,8 @@
 
 Usage: gpuinfra-slurm-accounting STATE.json [--check] [--bootstrap]
 
-STATE.json holds {"cluster": NAME, "qos": [...], "accounts": [...]} (the slurm_accounting role's variables).
+STATE.json holds {"cluster": NAME, "qos": [...], "accounts": [...], "root_qos": [...]} (the slurm_accounting
+role's variables).
 The database is read with `sacctmgr -nP show ...` and only differences are applied, so a second run changes
 nothing. Accounts, users and QoS that the database has and the state does not are reported, never deleted:
 removing an account drops its usage history and fair-share. --bootstrap only registers the cluster and creates
@@ -23,8 +24,9 @@ import sys
 from typing import Any
 
 GPU = "gres/gpu"
-# QoS Slurm creates itself; never reported as unmanaged.
-BUILTIN_QOS = {"normal"}
+# QoS never reported as unmanaged: Slurm's own, and gpuinfra's for its check jobs (left when the gate is turned off:
+# its jobs' history refers to it).
+BUILTIN_QOS = {"normal", "gpuinfra"}
 
 
 class SacctmgrError(Exception):
@@ -161,8 +163,10 @@ def plan(
     clusters: list[str],
     have_qos: list[dict[str, str]],
     assocs: list[dict[str, str]],
+    root_qos: list[str] | None = None,
 ) -> tuple[list[list[str]], list[str]]:
-    """The sacctmgr argument lists to run, in order, and what the database has beyond the wanted state."""
+    """The sacctmgr argument lists to run, in order, and what the database has beyond the wanted state. root_qos:
+    QoS root's own association must also allow (added to what it has, never taken away)."""
     commands: list[list[str]] = []
     unmanaged: list[str] = []
     if cluster not in clusters:
@@ -231,6 +235,22 @@ def plan(
                         ]
                     )
 
+    root = users_have.get(("root", "root"))
+    missing = [q for q in root_qos or [] if root is not None and q not in names(root.get("qos", ""))]
+    if missing:
+        commands.append(
+            [
+                "modify",
+                "user",
+                "where",
+                "name=root",
+                "account=root",
+                f"cluster={cluster}",
+                "set",
+                f"QOS+={','.join(missing)}",
+            ]
+        )
+
     wanted_accounts = {a["name"]: set(a.get("users") or []) for a in accounts}
     for account in sorted(accounts_have):
         if account != "root" and account not in wanted_accounts:
@@ -267,7 +287,9 @@ def run(state: dict[str, Any], check: bool, bootstrap: bool = False) -> dict[str
             sacctmgr("-nP", "show", "assoc", "where", f"cluster={cluster}", f"format={ASSOC_FORMAT}"), ASSOC_FIELDS
         )
         wanted_qos, wanted_accounts = state.get("qos") or [], state.get("accounts") or []
-        commands, unmanaged = plan(cluster, wanted_qos, wanted_accounts, clusters, have_qos, assocs)
+        commands, unmanaged = plan(
+            cluster, wanted_qos, wanted_accounts, clusters, have_qos, assocs, state.get("root_qos") or []
+        )
     if not check:
         for args in commands:
             sacctmgr("-i", *args)
