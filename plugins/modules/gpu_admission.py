@@ -53,6 +53,13 @@ options:
         partition's AllowAccounts would refuse root. Empty takes each node's first partition.
     type: str
     default: ""
+  qos:
+    description:
+      - The QoS the check jobs run under, one with no limit meant for users (gpuinfra's C(gpuinfra) QoS, which root's
+        association may use); a QoS of one GPU per job would hold the job for a node of eight. Empty leaves root's
+        default QoS.
+    type: str
+    default: ""
   take_over:
     description: Also admit nodes drained for a reason that is not gpuinfra's (an operator asked for it).
     type: bool
@@ -69,6 +76,13 @@ options:
     description: Seconds between two looks at the nodes and their jobs.
     type: float
     default: 1
+  waiting:
+    description:
+      - Admit only the nodes that wait for it, and leave every other as it is, in service or not. A node waits when it
+        is drained with the gate's reason (a machine that joined, or one a stopped run left) or holds the gate's
+        reservation (a run stopped while its check job ran).
+    type: bool
+    default: false
 author: gpuinfra maintainers
 """
 
@@ -162,8 +176,8 @@ class Admission:
 class Gate:
     """The gate's steps, through Slurm's own commands; `run` runs one and returns (rc, stdout, stderr)."""
 
-    def __init__(self, run: Run, program: str, timeout: int, partition: str = "") -> None:
-        self.run, self.program, self.timeout, self.partition = run, program, timeout, partition
+    def __init__(self, run: Run, program: str, timeout: int, partition: str = "", qos: str = "") -> None:
+        self.run, self.program, self.timeout, self.partition, self.qos = run, program, timeout, partition, qos
 
     def scontrol(self, *args: str) -> tuple[int, str, str]:
         return self.run(["scontrol", *args])
@@ -209,6 +223,7 @@ class Gate:
             "srun", f"--reservation={reservation(node)}", f"--partition={self.partition or state.partitions[0]}",
             f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--exclusive", f"--time={minutes}",
             f"--job-name={JOB_NAME}", "--quiet", *([f"--gres={state.gres}"] if state.gres else []),
+            *([f"--qos={self.qos}"] if self.qos else []),
             self.program, "--json",
         ]  # fmt: skip
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
@@ -307,6 +322,20 @@ def finish(gate: Gate, a: Admission) -> None:
         gate.resume(a.node)
 
 
+def waiting(gate: Gate, nodes: list[str]) -> list[str]:
+    """The nodes that wait for their admission: drained with the gate's reason, or in the gate's reservation."""
+    found = []
+    for node in nodes:
+        state = gate.state(node)
+        if state is None:
+            continue
+        if (state.drained and state.reason == ADMISSION) or gate.scontrol("show", "reservation", reservation(node))[
+            0
+        ] == 0:
+            found.append(node)
+    return found
+
+
 def admit(
     gate: Gate, nodes: list[str], poll: float, take_over: bool = False, clock: Callable[[], float] = time.monotonic
 ) -> list[Admission]:
@@ -370,13 +399,16 @@ def main() -> None:
             "nodes": {"type": "list", "elements": "str", "required": True},
             "timeout": {"type": "int", "default": 1800},
             "partition": {"type": "str", "default": ""},
+            "qos": {"type": "str", "default": ""},
             "take_over": {"type": "bool", "default": False},
             "program": {"type": "path", "default": "/usr/local/sbin/gpuinfra-active-checks"},
             "history": {"type": "path", "default": "/var/lib/gpuinfra/admission/history.jsonl"},
             "poll": {"type": "float", "default": 1},
+            "waiting": {"type": "bool", "default": False},
         },
     )
-    nodes = list(dict.fromkeys(module.params["nodes"]))
+    params = module.params
+    nodes = list(dict.fromkeys(params["nodes"]))
     odd = [n for n in nodes if not NODE_NAME.match(n)]
     if odd:
         module.fail_json(msg=f"not Slurm node names: {', '.join(map(repr, odd))}")
@@ -385,9 +417,13 @@ def main() -> None:
         rc, out, err = module.run_command(argv)
         return rc, out, err
 
-    gate = Gate(run, module.params["program"], module.params["timeout"], module.params["partition"])
-    admissions = admit(gate, nodes, module.params["poll"], module.params["take_over"])
-    keep_history(module.params["history"], admissions, time.time())
+    gate = Gate(run, params["program"], params["timeout"], params["partition"], params["qos"])
+    if params["waiting"]:
+        nodes = waiting(gate, nodes)
+        if not nodes:
+            module.exit_json(changed=False, admitted=[], refused={}, results={})
+    admissions = admit(gate, nodes, params["poll"], params["take_over"])
+    keep_history(params["history"], admissions, time.time())
     admitted = [a.node for a in admissions if a.verdict == "pass"]
     refused = {a.node: a.reason for a in admissions if a.verdict != "pass"}
     results = {

@@ -215,14 +215,15 @@ def test_the_check_job_is_the_whole_node_in_its_reservation(tmp_path: Path) -> N
     srun = tmp_path / "srun"
     srun.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\n")
     srun.chmod(0o755)
-    gate = gate_module.Gate(lambda argv: (0, "", ""), "/usr/local/sbin/gpuinfra-active-checks", 1800, "gpuinfra")
+    program = "/usr/local/sbin/gpuinfra-active-checks"
+    gate = gate_module.Gate(lambda argv: (0, "", ""), program, 1800, "gpuinfra", "gpuinfra")
     with open(tmp_path / "out", "w+b") as output, pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
         assert gate.start_check("gpu03", state, output).wait(10) == 0
     assert seen.read_text().splitlines() == [
         "--reservation=gpuinfra-admission-gpu03", "--partition=gpuinfra", "--nodelist=gpu03", "--nodes=1",
         "--ntasks=1", "--exclusive", "--time=30", "--job-name=gpuinfra-admission", "--quiet", "--gres=gpu:l4:2",
-        "/usr/local/sbin/gpuinfra-active-checks", "--json",
+        "--qos=gpuinfra", program, "--json",
     ]  # fmt: skip
 
 
@@ -242,3 +243,23 @@ def test_a_node_outside_the_checks_partition_is_refused_before_anything_runs() -
     [a] = admit(gate, ["gpu03"])
     assert a.reason == "gpuinfra admission: gpu03 is not in the Slurm partition gpuinfra for its check job"
     assert (slurm.nodes["gpu03"].drain, slurm.reservations) == (True, set())
+
+
+def test_the_end_of_an_apply_admits_only_the_nodes_that_wait_for_it() -> None:
+    """A machine that joined (drained with the gate's reason) or one a stopped run left in the gate's reservation;
+    never a node in service, one drained for another reason, or one whose admission failed."""
+    slurm = Slurm(
+        {
+            "gpu01": Node(),
+            "gpu02": Node(drain=True, reason="gpuinfra: admission"),
+            "gpu03": Node(),  # resumed into its reservation when the run stopped
+            "gpu04": Node(drain=True, reason="gpuinfra: driver upgrade to 580.95.05"),
+            "gpu05": Node(drain=True, reason=str(SLOW["reason"])),
+            "gpu06": Node(drain=True, reason="fan replaced, do not use"),
+        },
+        reservations={"gpuinfra-admission-gpu03"},
+    )
+    gate = Gate(slurm, PASSED)
+    assert gate_module.waiting(gate, [*slurm.nodes, "gpu99"]) == ["gpu02", "gpu03"]
+    assert [a.verdict for a in admit(gate, ["gpu02", "gpu03"])] == ["pass", "pass"]
+    assert gate_module.waiting(gate, list(slurm.nodes)) == []
