@@ -67,6 +67,7 @@ SERVING = {"idle", "mixed", "allocated", "completing", "planned"}
 # States a node is taken out of service in, by an admin, a program or a failure. A node the controller has not
 # heard from since it restarted is `unknown` for a few seconds: not out, but not serving either.
 OUT = ("drain", "down", "fail", "maint", "reboot", "power", "inval")
+RESERVED = "(reserved for maintenance)"
 # A job in these states has not ended (squeue shows an ended job in its final state until it is purged).
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED", "RESIZING", "SIGNALING"}
 CERT = "/etc/gpuinfra/monitoring-tls/host.crt"
@@ -145,8 +146,13 @@ class Sample:
     """Node -> (state without its flags, reason)."""
 
     def out(self) -> dict[str, str]:
-        """The nodes taken out of service, with their reasons."""
-        return {node: reason for node, (state, reason) in self.nodes.items() if any(word in state for word in OUT)}
+        """The nodes taken out of service, with their reasons; a node reserved for maintenance has none, and shows
+        as RESERVED (the admission gate's check job runs in such a reservation)."""
+        return {
+            node: reason or (RESERVED if "maint" in state else "")
+            for node, (state, reason) in self.nodes.items()
+            if any(word in state for word in OUT)
+        }
 
     def not_serving(self) -> dict[str, str]:
         return {node: state for node, (state, _) in self.nodes.items() if state not in SERVING}
@@ -167,6 +173,11 @@ Allowed = Callable[[str, str], bool]
 
 def nothing_out(node: str, reason: str) -> bool:
     return False
+
+
+def in_admission(reason: str) -> bool:
+    """Out in the admission gate that ends a node's upgrade: drained for it, or reserved for its check job."""
+    return reason in ("gpuinfra: admission", RESERVED)
 
 
 @contextlib.contextmanager
@@ -352,7 +363,8 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     job = submit("bob", "nlp", "gpu01", 150)
     slurmd = {node: slurmd_started(node) for node in life.nodes}
     loaded = last_reload(life.file, "https")
-    with sampled(life):
+    started = time.time()
+    with sampled(life, allowed=lambda node, reason: node == "gpu04" and in_admission(reason)) as samples:
         up = gpuinfra("sandbox", "up", str(LIFE), "--gpu-nodes", "4", "--json")
         assert up.returncode == 0, up.stderr
         life.file = Path(json.loads(up.stdout)["file"])
@@ -368,6 +380,25 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
         health = scrape_health(life.file, "https")
         assert health.get(f"https://{address}:9100/metrics") == "up", health
     assert finished(job)[:2] == ("COMPLETED", "0:0")
+
+    # The new machine went into service through the admission gate, held out from before its slurmd registered:
+    # never serving before its DCGM diagnostic passed as a Slurm job, and no job but that one ran on it before.
+    admitted = admission_times(started)
+    assert set(admitted) == {"gpu04"}, admitted
+    early = [s.nodes["gpu04"] for s in samples if "gpu04" in s.nodes and s.time < admitted["gpu04"] - 1]
+    assert early and not [state for state, _ in early if state in SERVING], early
+    jobs = ok("ctl01", "SLURM_TIME_FORMAT=%s sacct --allusers --allocations --noheader --parsable2 "
+                       "--nodelist=gpu04 --starttime=now-1hour --format=JobName,Start")  # fmt: skip
+    ran = [line.split("|") for line in jobs.splitlines()]
+    assert [name for name, start in ran if start.isdigit() and int(start) < admitted["gpu04"]] == [
+        "gpuinfra-admission"
+    ], ran
+
+
+def admission_times(since: float) -> dict[str, float]:
+    """Node -> when the admission gate put it in service, for the admissions that passed since `since`."""
+    history = ok("ctl01", "cat /var/lib/gpuinfra/admission/history.jsonl").splitlines()
+    return {e["node"]: e["time"] for e in map(json.loads, history) if e["verdict"] == "pass" and e["time"] > since}
 
 
 def slurmd_started(node: str) -> str:
@@ -416,7 +447,8 @@ def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(li
     with_driver(life, NEW)
     job = submit("alice", "vision", "gpu01", 60)  # the canary drains only when it ends
     started = time.time()
-    with sampled(life, allowed=lambda node, reason: reason == f"gpuinfra: driver upgrade to {NEW}") as samples:
+    upgrade = f"gpuinfra: driver upgrade to {NEW}"
+    with sampled(life, allowed=lambda node, reason: reason == upgrade or in_admission(reason)) as samples:
         first = subprocess.Popen(  # killed once the canary drains, as a crash would
             [sys.executable, "-m", "gpuinfra", "upgrade", str(life.file), "--yes", "--json", "--journal", str(journal)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -444,6 +476,11 @@ def test_4_a_rolling_driver_upgrade_with_a_canary_a_window_of_two_and_a_crash(li
     canary = [i for i, out in enumerate(outs) if "gpu01" in out]
     assert canary and all(out <= {"gpu01"} for out in outs[: canary[-1] + 1]), "the canary did not go alone"
     assert max(len(out) for out in outs) == 2, max(outs, key=len)
+
+    # Every node went back into service through the admission gate: its DCGM diagnostic passed as a Slurm job.
+    admitted = admission_times(started)
+    assert set(admitted) == set(life.nodes), admitted
+    assert all(upgrading[node] < admitted[node] for node in life.nodes), (upgrading, admitted)
 
     # Every node restarted during its own upgrade.
     for node in life.nodes:
@@ -499,7 +536,9 @@ def test_5_a_kernel_from_unattended_upgrades_booted_through_a_held_lock_and_a_fa
         ok(node, f"dpkg-query --show linux-headers-{release}")
         assert ok(node, f"dkms status -k {release} nvidia-current/{NEW}").strip().endswith("installed"), node
 
-    with sampled(life, allowed=lambda node, reason: reason.startswith("gpuinfra: kernel update")):
+    with sampled(
+        life, allowed=lambda node, reason: reason.startswith("gpuinfra: kernel update") or in_admission(reason)
+    ):
         # 1. unattended-upgrades holds dpkg's lock on the canary: the run waits, names the holder, and stops there.
         lock = "import fcntl, time; f = open('/var/lib/dpkg/lock-frontend', 'w'); fcntl.lockf(f, 2); time.sleep(900)"
         ok("gpu01", f"systemd-run --quiet --collect --unit=life-dpkg-lock python3 -c {shlex.quote(lock)}")
