@@ -385,13 +385,15 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     assert finished(job)[:2] == ("COMPLETED", "0:0")
 
     # The new machine went into service through the admission gate, held out from before its slurmd registered
-    # (until then slurmctld lists it not responding, `idle*`): never serving before its DCGM diagnostic passed as a
-    # Slurm job, and no job but that one ran on it before.
+    # (until then slurmctld lists it not responding, `idle*`): never serving before the gate took it for its check
+    # (from then on it is the gate's, in a reservation for root alone), and no job but the gate's ran on it before
+    # its DCGM diagnostic passed.
     admitted = admission_times(started)
     assert set(admitted) == {"gpu04"}, admitted
-    early = [s for s in samples if "gpu04" in s.nodes and s.time < admitted["gpu04"] - 1]
-    serving = [s.nodes["gpu04"] for s in early if s.nodes["gpu04"][0] in SERVING and "gpu04" not in s.flagged]
-    assert early and serving == [], serving[:5]
+    taken = admitted["gpu04"] - admission_seconds(started)["gpu04"]
+    early = [s for s in samples if "gpu04" in s.nodes and s.time < taken]
+    serving = [(s.time, s.nodes["gpu04"]) for s in early if s.nodes["gpu04"][0] in SERVING and "gpu04" not in s.flagged]
+    assert early and serving == [], (taken, serving[:5])
     jobs = ok("ctl01", "SLURM_TIME_FORMAT=%s sacct --allusers --allocations --noheader --parsable2 "
                        "--nodelist=gpu04 --starttime=now-1hour --format=JobName,Start")  # fmt: skip
     ran = [line.split("|") for line in jobs.splitlines()]
@@ -400,10 +402,20 @@ def test_3_a_gpu_node_added_while_a_job_runs(life: Life) -> None:
     ], ran
 
 
+def admissions(since: float) -> list[dict[str, Any]]:
+    """The admissions that passed since `since`, from the controller's history."""
+    history = ok("ctl01", "cat /var/lib/gpuinfra/admission/history.jsonl").splitlines()
+    return [e for e in map(json.loads, history) if e["verdict"] == "pass" and e["time"] > since]
+
+
 def admission_times(since: float) -> dict[str, float]:
     """Node -> when the admission gate put it in service, for the admissions that passed since `since`."""
-    history = ok("ctl01", "cat /var/lib/gpuinfra/admission/history.jsonl").splitlines()
-    return {e["node"]: e["time"] for e in map(json.loads, history) if e["verdict"] == "pass" and e["time"] > since}
+    return {e["node"]: e["time"] for e in admissions(since)}
+
+
+def admission_seconds(since: float) -> dict[str, float]:
+    """Node -> how long its admission took, from the gate's drain to its verdict."""
+    return {e["node"]: e["seconds"] for e in admissions(since)}
 
 
 def slurmd_started(node: str) -> str:
