@@ -318,6 +318,35 @@ def test_unreachable_host_fails_with_its_name(sandbox: Path, tmp_path: Path) -> 
     assert "UNREACHABLE ghost01:" in done.stdout
 
 
+def test_a_new_node_whose_machine_is_not_up_is_reported_and_the_rest_converges(sandbox: Path, tmp_path: Path) -> None:
+    """gpu03 added to the GPU node group at an address no machine answers: slurm.conf names it by that address
+    (NodeAddr), so slurmctld restarts without resolving it, the apply completes on every other host, and gpu03 is
+    the one host reported. The original file's apply takes it out again."""
+    yaml = YAML()
+    data = yaml.load(_with_ghost_host(sandbox, tmp_path, "ghost01").read_text())
+    del data["node_groups"]["ghosts"]
+    gpu = data["node_groups"]["gpu"]
+    gpu["hosts"], gpu["addresses"]["gpu03"] = "gpu[01-03]", "10.213.42.13"
+    grown = tmp_path / "grown.yml"
+    with grown.open("w") as out:
+        yaml.dump(data, out)
+    try:
+        code, doc = apply_json(grown, "--yes")
+        assert (code, doc["status"]) == (1, "failed"), doc.get("errors")
+        assert [(f["host"], f["unreachable"]) for f in doc["failures"]] == [("gpu03", True)], doc["failures"]
+        reached = {name: stats for name, stats in doc["hosts"].items() if name != "gpu03"}
+        assert all(s["failed"] == 0 and s["unreachable"] == 0 and s["ok"] > 0 for s in reached.values()), reached
+        node = on_host("ctl01", "scontrol", "show", "node", "gpu03")
+        assert node.returncode == 0 and "NodeAddr=10.213.42.13" in node.stdout, node.stdout + node.stderr
+        words = on_host("ctl01", "sinfo", "--noheader", "--Node", "--nodes=gpu[01-02]", "--format=%N %t").stdout.split()
+        states = dict(zip(words[::2], words[1::2], strict=True))  # a node once per partition
+        assert set(states) == {"gpu01", "gpu02"} and set(states.values()) <= {"idle", "mix", "alloc"}, states
+    finally:
+        code, doc = apply_json(sandbox, "--yes")
+        assert code == 0, doc.get("failures") or doc.get("errors")
+    assert "gpu03" not in on_host("ctl01", "sinfo", "--noheader", "--Node", "--format=%N").stdout
+
+
 def _with_ghost_host(sandbox: Path, tmp_path: Path, name: str) -> Path:
     """The sandbox cluster plus one host whose name does not resolve, written elsewhere with absolute key paths."""
     yaml = YAML()
