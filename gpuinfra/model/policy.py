@@ -19,6 +19,10 @@ MAX_UNKNOWN_LIMIT = 7 * 86400
 # DCGM's level 1 takes seconds and level 4 hours; an admission longer than a working day holds a node for nothing.
 MIN_ADMISSION_TIMEOUT = 60
 MAX_ADMISSION_TIMEOUT = 12 * 3600
+# Scheduled checks: more often than a minute is a node never idle for users; less often than a quarter, a fault
+# found by users first.
+MIN_CHECKS_EVERY = 60
+MAX_CHECKS_EVERY = 90 * 86400
 
 ActiveCheck = Literal["dcgm_diag", "nccl_all_reduce", "host_bandwidth"]
 
@@ -104,6 +108,11 @@ class Admission(Model):
     timeout: Duration = "30m"
     """How long one node's checks may take, the wait for its admission job included; past it the node stays out
     of service with a reason that says so."""
+    every: Duration | None = None
+    """Run the same checks again on each idle node this long after its last run (scheduled checks); off when
+    absent. A check job takes a node only while it is idle, and any user job preempts it at once, so no user job
+    waits for one; a failure drains the node through its health check, with the check's reason. Slurm only, with
+    accounting and preemption (slurm.preempt_mode)."""
 
     @field_validator("checks")
     @classmethod
@@ -117,6 +126,13 @@ class Admission(Model):
     def _timeout_in_range(cls, value: str) -> str:
         if not MIN_ADMISSION_TIMEOUT <= duration_seconds(value) <= MAX_ADMISSION_TIMEOUT:
             raise ValueError(f"must be between 1m and 12h, not {value}")
+        return value
+
+    @field_validator("every")
+    @classmethod
+    def _every_in_range(cls, value: str | None) -> str | None:
+        if value is not None and not MIN_CHECKS_EVERY <= duration_seconds(value) <= MAX_CHECKS_EVERY:
+            raise ValueError(f"must be between 1m and 90d, not {value}")
         return value
 
 

@@ -206,13 +206,15 @@ class Containers(Model):
 
 
 # gpuinfra's own partition and QoS: the admission gate's and the active checks' jobs, root only, hidden from users,
-# under no user's limits.
+# under no user's limits; the scheduled checks' QoS, which every other QoS may preempt.
 CHECKS_PARTITION = CHECKS_QOS = "gpuinfra"
+IDLE_CHECKS_QOS = "gpuinfra-idle"
 
 
 def _not_reserved(value: dict[str, Any]) -> dict[str, Any]:
-    if CHECKS_PARTITION in value:
-        raise ValueError(f"{CHECKS_PARTITION!r} is gpuinfra's own, for its health checks: name it otherwise")
+    taken = sorted({CHECKS_PARTITION, IDLE_CHECKS_QOS} & set(value))
+    if taken:
+        raise ValueError(f"{taken[0]!r} is gpuinfra's own, for its health checks: name it otherwise")
     return value
 
 

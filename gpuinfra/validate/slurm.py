@@ -19,6 +19,7 @@ from .diagnostics import Diagnostics, suggest
 def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     model = rc.model
     slurm = model.slurm
+    _scheduled_checks(model, report)
     if slurm is None:
         used = {role for host in rc.hosts.values() for role in host.roles} & SLURM_ROLES
         if used:
@@ -42,6 +43,24 @@ def check(rc: ResolvedCluster, report: Diagnostics) -> None:
     _capacity(rc, report)
     _releases(rc, report)
     _containers(model, report)
+
+
+def _scheduled_checks(model: Cluster, report: Diagnostics) -> None:
+    """Scheduled checks are jobs in a QoS every user QoS may preempt: they need the checks, Slurm, its accounting
+    (QoS live there) and preemption."""
+    admission = model.health.admission
+    if admission.every is None:
+        return
+    where = ("health", "admission", "every")
+    slurm = model.slurm
+    if not admission.checks:
+        report.error(where, "names no check to run: list them in health.admission.checks")
+    if slurm is None:
+        report.error(where, "scheduled checks run as Slurm jobs, and this cluster has no `slurm:` section")
+    elif not slurm.accounting:
+        report.error(where, "needs slurm.accounting: the check jobs' QoS, which user jobs preempt, lives there")
+    elif slurm.preempt_mode == "off":
+        report.error(where, "needs preemption, so that a user job never waits for a check job: set slurm.preempt_mode")
 
 
 def _shards(model: Cluster, report: Diagnostics) -> None:

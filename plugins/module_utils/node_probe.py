@@ -309,12 +309,15 @@ def inspect(
     xid_events: Sequence[Any],
     repeated: Sequence[Any] = (),
     unknown: Sequence[str] = (),
+    problems: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The node's verdict (verdict.assess) with what it was read from. `xid_events` come from the caller, which
     decides which part of the kernel log counts (since boot, or since its last check), and so do `repeated`, the
-    GPUs the repetition rule makes faulty (verdict.repeated_faults over the caller's history), and `unknown`, what
-    the caller could not look at (its kernel log)."""
+    GPUs the repetition rule makes faulty (verdict.repeated_faults over the caller's history), `unknown`, what
+    the caller could not look at (its kernel log), and `problems`, what else it found wrong with the node (its
+    last active checks)."""
     report, smi_rc, node_problems = read_smi(run, which, options)
+    node_problems.extend(problems)
     pin = policy.driver_version
     if options.module_cache is not None and (options.check_kernel_module or options.check_dkms):
         read = sorted({*kernels_to_check(options), os.uname().release})  # modinfo reads the running one's

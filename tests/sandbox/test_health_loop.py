@@ -491,3 +491,89 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
         if job:
             on_host("ctl01", "scancel", job)
         _restore()
+
+
+SCHEDULED = "/usr/local/sbin/gpuinfra-scheduled-checks"
+SCHEDULED_TEST = "/tmp/gpuinfra-scheduled-checks-test"
+
+
+def _scheduled_pass() -> str:
+    """One pass of the controller's scheduled checks, with the installed settings but a schedule of a minute (the
+    sandbox's is a week): what it printed."""
+    done = on_host("ctl01", SCHEDULED, "--config", f"{SCHEDULED_TEST}.json", "--state", f"{SCHEDULED_TEST}.state")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _started(printed: str) -> dict[str, str]:
+    """Node -> the check job a pass started on it."""
+    found = (line.split(": ") for line in printed.splitlines() if line.endswith(" started"))
+    return {parts[1]: parts[2].split()[1] for parts in found}
+
+
+def _alice(*options: str) -> str:
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--chdir=/tmp",
+              "--gres=gpu:1", *options]  # fmt: skip
+    done = on_host("ctl01", *sbatch)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_scheduled_checks_take_only_idle_nodes_and_yield_to_any_user_job(interval: int, one_interval: float) -> None:
+    """The controller's timer runs a pass of gpuinfra-scheduled-checks now and then. With gpu01 running alice's job
+    and gpu02 idle, a pass starts a check job on gpu02 alone. The check is slow (the two minutes of a real DCGM
+    diagnostic), and alice's job for gpu02 preempts it at once: her job runs, the check job is cancelled, and the
+    history records it as preempted. With gpu01 idle and its DCGM diagnostic failing, the next check job's failure
+    drains gpu01 through its health check with the check's reason, gpu02 passing stays in service; repaired, gpu01
+    passes the admission gate (whose job its health check does not refuse) and is back."""
+    _restore()
+    assert on_host("ctl01", "systemctl", "is-active", "gpuinfra-scheduled-checks.timer").stdout.strip() == "active"
+    history = "/var/lib/gpuinfra/admission/history.jsonl"
+    before = len(on_host("ctl01", "cat", history).stdout.splitlines())
+    installed = json.loads(on_host("ctl01", "cat", "/etc/gpuinfra/scheduled-checks.json").stdout)
+    settings = shlex.quote(json.dumps({**installed, "every": 60}))
+    assert on_host("ctl01", "sh", "-c", shlex.quote(f"echo {settings} > {SCHEDULED_TEST}.json")).returncode == 0
+    jobs: list[str] = []
+    try:
+        jobs.append(_alice("--nodelist=gpu01", "--wrap", shlex.quote("sleep 600")))
+        wait_for("alice's job on gpu01", lambda: _job(jobs[0])[0] == "RUNNING", 60)
+        assert on_host("gpu02", SWITCH, "--checks", "dcgm-slow").returncode == 0
+        started = _started(_scheduled_pass())
+        assert list(started) == ["gpu02"], started
+        check = started["gpu02"]
+        wait_for("the check job running", lambda: _job(check)[0] == "RUNNING", 60)
+        time.sleep(5)  # well into the slow diagnostic
+        jobs.append(_alice("--nodelist=gpu02", "--wrap", "hostname"))
+        wait_for("alice's job ran on gpu02", lambda: _job(jobs[1])[0] == "COMPLETED", 90)
+        assert _job(check)[0].split()[0] in ("PREEMPTED", "CANCELLED"), _job(check)
+        _scheduled_pass()
+
+        on_host("ctl01", "scancel", jobs[0])
+        wait_for("gpu01 idle", lambda: node("gpu01")[0] == "idle", 60)
+        assert on_host("gpu01", SWITCH, "--checks", "dcgm-fail").returncode == 0
+        assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
+        started = _started(_scheduled_pass())
+        assert sorted(started) == ["gpu01", "gpu02"], started
+        wait_for("both check jobs ended", lambda: all(_job(j)[0] not in ("PENDING", "RUNNING", "COMPLETING")
+                                                      for j in started.values()), 120)  # fmt: skip
+        _scheduled_pass()
+        kept = [json.loads(line) for line in on_host("ctl01", "cat", history).stdout.splitlines()[before:]]
+        assert [(k["node"], k["verdict"]) for k in kept] == [("gpu02", "preempted"), ("gpu01", "fail"),
+                                                             ("gpu02", "pass")], kept  # fmt: skip
+        failed = "gpuinfra-health: node: active checks failed: dcgm diag -r 2 failed memory on GPU 1"
+        wait_for("gpu01 drained by its health check", lambda: node("gpu01")[1].startswith(failed), one_interval)
+        assert not drained(node("gpu02")[0]), node("gpu02")
+
+        assert on_host("gpu01", SWITCH, "--checks", "pass").returncode == 0
+        gate = _admit("gpu01")
+        out, err = gate.communicate(timeout=300)
+        assert gate.returncode == 0, out + err
+        time.sleep(interval + 5)  # a health check after the admission: the passing checks keep it in service
+        assert node("gpu01") == ("idle", ""), node("gpu01")
+    finally:
+        for host in ("gpu01", "gpu02"):
+            on_host(host, SWITCH, "--checks", "pass")
+        if jobs:
+            on_host("ctl01", "scancel", *jobs)
+        on_host("ctl01", "rm", "-f", f"{SCHEDULED_TEST}.json", f"{SCHEDULED_TEST}.state")
+        _restore()

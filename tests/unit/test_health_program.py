@@ -452,6 +452,35 @@ def test_a_healthy_node_is_left_alone(node: Node) -> None:
     assert [c for c in node.calls("scontrol") if c[0] == "update"] == []
 
 
+def test_the_last_active_checks_fail_the_node_until_checks_pass_again(node: Node) -> None:
+    """A scheduled check that failed (gpuinfra-active-checks keeps its result) drains the node with the check's
+    reason, through the breaker like any problem; a run that could not judge is unknown; the next pass resumes the
+    node. Ignored while the cluster names no active check."""
+    result = node.root / "active-checks.json"
+    failed = {"verdict": "fail", "finished": 1.0, "checks": [],
+              "reason": "gpuinfra admission: dcgm diag -r 2 failed: Memory on GPU 1: bad row"}  # fmt: skip
+    result.write_text(json.dumps(failed))
+    node.config(active={"checks": []}, active_result=str(result))
+    assert node.run()[1]["healthy"] is True
+    node.config(active={"checks": ["dcgm_diag"]}, active_result=str(result))
+    code, verdict = node.run()
+    assert (code, verdict["problems"]) == (
+        1,
+        ["node: active checks failed: dcgm diag -r 2 failed: Memory on GPU 1: bad row"],
+    )
+    reason = "gpuinfra-health: node: active checks failed: dcgm diag -r 2 failed: Memory on GPU 1: bad row"
+    assert node.slurm_node == {"state": "IDLE+DRAIN", "reason": reason}
+    result.write_text(
+        json.dumps({**failed, "verdict": "unknown", "reason": "gpuinfra admission: dcgmi is not installed"})
+    )
+    code, verdict = node.run()
+    assert (code, verdict["verdict"], verdict["unknown"]) == (
+        3, "unknown", ["active checks could not judge the node: dcgmi is not installed"])  # fmt: skip
+    result.write_text(json.dumps({**failed, "verdict": "pass", "reason": "gpuinfra admission: passed dcgm diag"}))
+    code, verdict = node.run()
+    assert (code, verdict["healthy"], verdict["action"]) == (0, True, "resumed")
+
+
 def test_a_check_that_cannot_look_drains_nothing_until_its_limit(node: Node) -> None:
     """Its kernel log moved away (a log rotated across the fleet): the verdict is unknown, shown to the node
     exporter, and the node stays in service; past `unknown_limit` it drains with a reason that says so, and the

@@ -51,6 +51,7 @@ def plan(
         have_qos,
         assocs,
         wanted.get("root_qos"),
+        wanted.get("preemptible"),
     )
     return result
 
@@ -132,6 +133,18 @@ def test_root_gains_gpuinfras_check_qos_once_and_keeps_what_it_had() -> None:
     assert plan(have_qos, granted, qos=qos, root_qos=["gpuinfra"]) == ([], [])
     # With the gate turned off, gpuinfra's QoS stays (its jobs' history names it) and is not reported.
     assert plan(have_qos, granted) == ([], [])
+
+
+def test_every_other_qos_may_preempt_the_scheduled_checks_qos_slurms_normal_included() -> None:
+    idle = {"name": "gpuinfra-idle", "priority": 0, "preempt": [], "preempt_mode": "cancel"}
+    qos = [q for q in WANTED["slurm_accounting_qos"] if q["name"] != "normal"] + [idle]
+    commands, _ = plan(have("qos"), have("assoc"), qos=qos, preemptible=["gpuinfra-idle"])
+    assert commands[0] == ["add", "qos", "gpuinfra-idle"]
+    modified = {c[3].removeprefix("name="): c[5:] for c in commands if c[:2] == ["modify", "qos"]}
+    assert modified.pop("gpuinfra-idle") == ["PreemptMode=cancel"]
+    # normal is Slurm's (not in this model): gpuinfra adds to its list and leaves the rest of it alone.
+    assert modified.pop("normal") == ["Preempt+=gpuinfra-idle"]
+    assert modified == {"onegpu": ["Preempt=gpuinfra-idle"], "scavenger": ["Preempt=gpuinfra-idle"]}
 
 
 @pytest.mark.parametrize(

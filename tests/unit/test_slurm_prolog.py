@@ -28,6 +28,7 @@ def script(tmp_path: Path, name: str, mapping_dir: str, health_check: str = "") 
         "slurm_compute_health_check_program": health_check,
         "slurm_compute_health_check_on_job_start": bool(health_check),
         "slurm_compute_prolog_hooks": str(tmp_path / "hooks"),
+        "slurm_compute_checks_partition": "gpuinfra",
         "ansible_managed": "test",
     }
     text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source))
@@ -115,8 +116,19 @@ def test_the_health_check_before_the_job(
     check.write_text(f"#!/bin/sh\nexit {verdict}\n")
     check.chmod(0o755)
     prolog = script(tmp_path, "prolog", str(mapping), health_check=str(check))
-    assert run(prolog, SLURM_JOB_ID="3", SLURM_JOB_GPUS="1").returncode == prolog_rc
+    assert run(prolog, SLURM_JOB_ID="3", SLURM_JOB_GPUS="1", SLURM_JOB_PARTITION="vision").returncode == prolog_rc
     assert (mapping / "1").exists() is mapped
+
+
+def test_gpuinfras_own_check_jobs_start_on_a_node_whose_last_checks_failed(tmp_path: Path, mapping: Path) -> None:
+    """The admission gate's and the scheduled checks' jobs (gpuinfra's partition) judge the node themselves: the
+    health check, which counts the last failed active checks, must not keep a repaired node from its next ones."""
+    check = tmp_path / "gpuinfra-health"
+    check.write_text(f"#!/bin/sh\necho ran > {tmp_path / 'ran'}\nexit 1\n")
+    check.chmod(0o755)
+    prolog = script(tmp_path, "prolog", str(mapping), health_check=str(check))
+    assert run(prolog, SLURM_JOB_ID="4", SLURM_JOB_GPUS="0", SLURM_JOB_PARTITION="gpuinfra").returncode == 0
+    assert not (tmp_path / "ran").exists() and (mapping / "0").read_text() == "4\n"
 
 
 def test_the_prolog_runs_each_executable_hook_with_the_jobs_environment(tmp_path: Path, mapping: Path) -> None:

@@ -21,7 +21,7 @@ from gpuinfra.model.slurm import OWNED_SLURM_KEYS
 from gpuinfra.render.artifacts import Artifact
 from gpuinfra.render.inventory import group_vars
 from gpuinfra.render.plan import render
-from gpuinfra.render.vars import slurm
+from gpuinfra.render.vars import admission, slurm
 from gpuinfra.render.vars.registry import CONCERNS
 from gpuinfra.resolve import resolve
 from gpuinfra.validate.load import load_cluster
@@ -383,3 +383,26 @@ def test_only_slurm_23_11_and_later_take_a_new_node_without_a_restart(release: s
     ]
     templar = Templar(loader=DataLoader(), variables={"slurm_common_release": release})
     assert templar.template(trust_as_template(expression)) is takes_nodes
+
+
+def test_the_gates_and_the_scheduled_checks_jobs_run_in_gpuinfras_own_qos() -> None:
+    """The gate's QoS has no limit a user's has; the scheduled checks' is cancelled by any other QoS's job; root's
+    association gets both, and a joining GPU machine is held for its admission."""
+    slurm_section = {"partitions": {"all": {"node_groups": ["gpu"]}}, "preempt_mode": "requeue"}
+    gated = _cluster(health={"admission": {"checks": ["dcgm_diag"]}}, slurm=slurm_section)
+    scheduled = _cluster(health={"admission": {"checks": ["dcgm_diag"], "every": "7d"}}, slurm=slurm_section)
+    without = slurm.group_vars(resolve(_cluster(slurm=slurm_section)))
+    assert (without["slurm_accounting_root_qos"], without["slurm_accounting_preemptible"]) == ([], [])
+    gate = slurm.group_vars(resolve(gated))
+    assert [q["name"] for q in gate["slurm_accounting_qos"]] == ["gpuinfra"]
+    assert (gate["slurm_accounting_root_qos"], gate["slurm_accounting_preemptible"]) == (["gpuinfra"], [])
+    both = slurm.group_vars(resolve(scheduled))
+    idle = next(q for q in both["slurm_accounting_qos"] if q["name"] == "gpuinfra-idle")
+    assert (idle["preempt_mode"], idle["preempt"], idle["max_gpus_per_job"]) == ("cancel", [], None)
+    assert both["slurm_accounting_root_qos"] == ["gpuinfra", "gpuinfra-idle"]
+    assert both["slurm_accounting_preemptible"] == ["gpuinfra-idle"]
+    assert slurm.node_group_vars(resolve(scheduled))["gpu"]["slurm_compute_admission"] is True
+    checks = admission.group_vars(resolve(scheduled))
+    assert (checks["gpu_scheduled_checks_enabled"], checks["gpu_scheduled_checks_every"]) == (True, 7 * 86400)
+    assert (checks["gpu_admission_qos"], checks["gpu_scheduled_checks_qos"]) == ("gpuinfra", "gpuinfra-idle")
+    assert admission.group_vars(resolve(gated))["gpu_scheduled_checks_enabled"] is False

@@ -21,7 +21,7 @@ from ... import catalog
 from ...hostlists import expand_hosts
 from ...model import Cluster, NodeGroup
 from ...model.grammar import duration_seconds
-from ...model.slurm import CHECKS_PARTITION, CHECKS_QOS, ROOT_SWITCH, Account, Qos, Slurm
+from ...model.slurm import CHECKS_PARTITION, CHECKS_QOS, IDLE_CHECKS_QOS, ROOT_SWITCH, Account, Qos, Slurm
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
 from . import mig as mig_vars
@@ -293,9 +293,18 @@ def checks_partition(rc: ResolvedCluster) -> list[dict[str, Any]]:
 
 def checks_qos(rc: ResolvedCluster) -> list[str]:
     """gpuinfra's own QoS, which root's check jobs run under so that no limit meant for users holds them (a QoS of
-    one GPU per job would keep the gate's job for a node of eight pending). None without the gate or accounting."""
+    one GPU per job would keep the gate's job for a node of eight pending); with scheduled checks, theirs too, which
+    every other QoS preempts. None without the gate or accounting."""
     slurm = rc.model.slurm
-    return [CHECKS_QOS] if checks_partition(rc) and slurm is not None and slurm.accounting else []
+    if not checks_partition(rc) or slurm is None or not slurm.accounting:
+        return []
+    return [CHECKS_QOS, *([IDLE_CHECKS_QOS] if rc.model.health.admission.every else [])]
+
+
+def own_qos(name: str) -> Qos:
+    """One of gpuinfra's QoS, without limits; a scheduled check job is cancelled when a user job preempts it
+    (requeued, it would only wait for the node to be idle again, when the next round starts one anyway)."""
+    return Qos(preempt_mode="cancel") if name == IDLE_CHECKS_QOS else Qos()
 
 
 def qos_list(slurm: Slurm, own: list[str]) -> list[dict[str, Any]]:
@@ -312,7 +321,7 @@ def qos_list(slurm: Slurm, own: list[str]) -> list[dict[str, Any]]:
             "preempt_grace_s": duration_seconds(qos.preempt_grace) if qos.preempt_grace else 0,
         }
 
-    return [one(name, qos) for name, qos in slurm.qos.items()] + [one(name, Qos()) for name in own]
+    return [one(name, qos) for name, qos in slurm.qos.items()] + [one(name, own_qos(name)) for name in own]
 
 
 def accounts(slurm: Slurm) -> list[dict[str, Any]]:
@@ -451,6 +460,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_accounting_qos": qos_list(slurm, checks_qos(rc)),
         "slurm_accounting_accounts": accounts(slurm),
         "slurm_accounting_root_qos": checks_qos(rc),
+        "slurm_accounting_preemptible": [q for q in checks_qos(rc) if q == IDLE_CHECKS_QOS],
     }
 
 

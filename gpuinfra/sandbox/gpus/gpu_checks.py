@@ -2,11 +2,13 @@
 """The sandbox's stand-ins for the active GPU checks' tools: `dcgmi`, `all_reduce_perf` and `nvbandwidth`, each a
 link to this program. Each answers the one command the admission gate runs (gpuinfra-active-checks) with a
 synthetic output written in the tool's own format (checks/, see its README): the passing one, or the failing one
-when `gpuinfra-sandbox-gpu --checks CHECK-fail` named that check on this node. Any other question is refused, so
+when `gpuinfra-sandbox-gpu --checks CHECK-fail` named that check on this node (`dcgm-slow`: the passing one after
+the two minutes a real level-2 diagnostic takes). Any other question is refused, so
 nothing mistakes them for the tools; the parsers and thresholds that judge their answers are the real ones."""
 
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 STATE = "/var/lib/gpuinfra-sandbox/checks-state"
@@ -35,6 +37,8 @@ try:
 except FileNotFoundError:
     failing = "pass"
 verdict = "fail" if failing == f"{check}-fail" else "pass"
+if failing == f"{check}-slow":
+    time.sleep(120)
 with open(os.path.join(HERE, "checks", answer.format(verdict=verdict)), encoding="utf-8") as source:
     sys.stdout.write(source.read())
 # Like the real tools: dcgmi exits non-zero when a test fails; nccl-tests and nvbandwidth exit 0 on a slow link.

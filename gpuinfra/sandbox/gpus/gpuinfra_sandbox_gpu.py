@@ -5,7 +5,8 @@ A state with kernel messages (STATE.kern.log) also appends them, time-stamped, t
 driver would print them when the fault happens.
 
 `--checks CHECK-fail` makes that active check's stand-in tool (gpu_checks.py) answer with its failing output on this
-node, GPUs otherwise healthy; `--checks pass` makes them all pass again."""
+node, GPUs otherwise healthy; `--checks dcgm-slow` makes dcgmi take the two minutes a real level-2 diagnostic takes
+before it passes; `--checks pass` makes them all pass again at once."""
 
 import os
 import sys
@@ -15,7 +16,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 FOLDER = "/var/lib/gpuinfra-sandbox"
 STATES = sorted(name[: -len(".xml")] for name in os.listdir(HERE) if name.endswith(".xml"))
 
-CHECKS = ("pass", "dcgm-fail", "nccl-fail", "nvbandwidth-fail")
+CHECKS = ("pass", "dcgm-fail", "dcgm-slow", "nccl-fail", "nvbandwidth-fail")
 
 if sys.argv[1:2] == ["--checks"]:
     if len(sys.argv) != 3 or sys.argv[2] not in CHECKS:

@@ -57,6 +57,10 @@ CONFIG = "/etc/gpuinfra/health.json"
 STATE = "/var/lib/gpuinfra-health/state.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 REASON_PREFIX = "gpuinfra-health:"
+# The last result of the node's active checks, as gpuinfra-active-checks keeps it, and its reasons' prefix.
+ACTIVE_RESULT = "/var/lib/gpuinfra-health/active-checks.json"
+ACTIVE_PREFIX = "gpuinfra admission:"
+ACTIVE_RESULT_BYTES = 1024 * 1024  # the program writes a few KiB
 TAINT_KEY = "gpuinfra.io/gpu-unhealthy"
 REASON_ANNOTATION = "gpuinfra.io/gpu-unhealthy-reason"
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -682,7 +686,10 @@ def check(
     )
     judged = [XidEvent(**e) for e in sticky] + transient
     blind = [f"cannot read the kernel log, XIDs are unchecked ({log.source})"] if log.text is None else []
-    verdict = inspect(run, shutil.which, policy, options, judged, [repeated_of(r) for r in repeated], blind)
+    failed, unjudged = active_checks_said(config)
+    verdict = inspect(
+        run, shutil.which, policy, options, judged, [repeated_of(r) for r in repeated], blind + unjudged, failed
+    )
     verdict["kernel_log_source"] = log.source
     verdict["dkms_deferred"] = dkms_verdict.get("deferred", "")
     verdict["xid_repeated"] = [{**r, "new": r in [f.__dict__ for f in escalated]} for r in repeated]
@@ -704,6 +711,28 @@ def check(
     failing = [e for e in failing if e["class"] in DRAINING]
     failing += [{**r, "class": REPEATED} for r in repeated]
     return verdict, new_state, failing
+
+
+def active_checks_said(config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What the node's last active checks said (gpuinfra-active-checks keeps it; they run at its admission and, on
+    a schedule, on idle nodes), while the cluster names any: a failure is a node problem, which drains the node
+    through the breaker until checks pass again; a run that could not judge is unknown; a pass, or none yet, is
+    nothing to report."""
+    if not (config.get("active") or {}).get("checks"):
+        return [], []
+    try:
+        with open(config.get("active_result", ACTIVE_RESULT), encoding="utf-8") as handle:
+            result = json.loads(handle.read(ACTIVE_RESULT_BYTES))
+    except (OSError, ValueError):
+        return [], []  # no run yet (one cut short by a preempting job keeps none)
+    if not isinstance(result, dict) or not isinstance(result.get("reason"), str):
+        return [], []
+    said = result["reason"].removeprefix(ACTIVE_PREFIX).strip()
+    if result.get("verdict") == "fail":
+        return [f"active checks failed: {said}"], []
+    if result.get("verdict") == "unknown":
+        return [], [f"active checks could not judge the node: {said}"]
+    return [], []
 
 
 def report_lines(verdict: dict[str, Any], gpu_index: dict[str, int]) -> list[str]:

@@ -3,8 +3,8 @@
 
 Usage: gpuinfra-slurm-accounting STATE.json [--check] [--bootstrap]
 
-STATE.json holds {"cluster": NAME, "qos": [...], "accounts": [...], "root_qos": [...]} (the slurm_accounting
-role's variables).
+STATE.json holds {"cluster": NAME, "qos": [...], "accounts": [...], "root_qos": [...], "preemptible": [...]} (the
+slurm_accounting role's variables).
 The database is read with `sacctmgr -nP show ...` and only differences are applied, so a second run changes
 nothing. Accounts, users and QoS that the database has and the state does not are reported, never deleted:
 removing an account drops its usage history and fair-share. --bootstrap only registers the cluster and creates
@@ -24,9 +24,10 @@ import sys
 from typing import Any
 
 GPU = "gres/gpu"
-# QoS never reported as unmanaged: Slurm's own, and gpuinfra's for its check jobs (left when the gate is turned off:
-# its jobs' history refers to it).
-BUILTIN_QOS = {"normal", "gpuinfra"}
+# gpuinfra's QoS for its check jobs, and those never reported as unmanaged: Slurm's own and gpuinfra's (left when the
+# checks are turned off: their jobs' history refers to them).
+OWN_QOS = {"gpuinfra", "gpuinfra-idle"}
+BUILTIN_QOS = {"normal", *OWN_QOS}
 
 
 class SacctmgrError(Exception):
@@ -164,9 +165,11 @@ def plan(
     have_qos: list[dict[str, str]],
     assocs: list[dict[str, str]],
     root_qos: list[str] | None = None,
+    preemptible: list[str] | None = None,
 ) -> tuple[list[list[str]], list[str]]:
     """The sacctmgr argument lists to run, in order, and what the database has beyond the wanted state. root_qos:
-    QoS root's own association must also allow (added to what it has, never taken away)."""
+    QoS root's own association must also allow (added to what it has, never taken away); preemptible: QoS every
+    other QoS may preempt, the ones the model lacks (Slurm's normal) included."""
     commands: list[list[str]] = []
     unmanaged: list[str] = []
     if cluster not in clusters:
@@ -177,11 +180,18 @@ def plan(
     for want in qos:
         if want["name"] not in by_qos:
             commands.append(["add", "qos", want["name"]])
+    preemptible = preemptible or []
     for want in qos:
+        if want["name"] not in OWN_QOS:
+            want = {**want, "preempt": [*(want.get("preempt") or []), *preemptible]}
         settings = qos_changes(want, by_qos.get(want["name"]))
         if settings:
             commands.append(["modify", "qos", "where", f"name={want['name']}", "set", *settings])
     wanted_qos = {q["name"] for q in qos}
+    for name, have in sorted(by_qos.items()):
+        missing = [q for q in preemptible if q not in names(have.get("preempt", ""))]
+        if name not in wanted_qos | OWN_QOS and missing:
+            commands.append(["modify", "qos", "where", f"name={name}", "set", f"Preempt+={','.join(missing)}"])
     unmanaged.extend(f"qos {name}" for name in sorted(by_qos) if name not in wanted_qos | BUILTIN_QOS)
 
     accounts_have = {row["account"]: row for row in assocs if not row["user"]}
@@ -288,7 +298,14 @@ def run(state: dict[str, Any], check: bool, bootstrap: bool = False) -> dict[str
         )
         wanted_qos, wanted_accounts = state.get("qos") or [], state.get("accounts") or []
         commands, unmanaged = plan(
-            cluster, wanted_qos, wanted_accounts, clusters, have_qos, assocs, state.get("root_qos") or []
+            cluster,
+            wanted_qos,
+            wanted_accounts,
+            clusters,
+            have_qos,
+            assocs,
+            state.get("root_qos") or [],
+            state.get("preemptible") or [],
         )
     if not check:
         for args in commands:
