@@ -436,10 +436,10 @@ def _admit(host: str) -> subprocess.Popen[str]:
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _job(job: str) -> tuple[str, str, str]:
-    """A finished or running job's state, node and start time (epoch seconds), from slurmdbd."""
+def _job(job: str, time_field: str = "Start") -> tuple[str, str, str]:
+    """A finished or running job's state, node and start (or `time_field`) time in epoch seconds, from slurmdbd."""
     done = on_host("ctl01", "env", "SLURM_TIME_FORMAT=%s", "sacct", "--noheader", "--allocations", "--parsable2",
-                   f"--jobs={job}", "--format=State,NodeList,Start")  # fmt: skip
+                   f"--jobs={job}", f"--format=State,NodeList,{time_field}")  # fmt: skip
     state, nodes, start = done.stdout.strip().splitlines()[-1].split("|")
     return state, nodes, start
 
@@ -497,23 +497,18 @@ SCHEDULED = "/usr/local/sbin/gpuinfra-scheduled-checks"
 SCHEDULED_TEST = "/tmp/gpuinfra-scheduled-checks-test"
 
 
-def _scheduled_pass() -> str:
-    """One pass of the controller's scheduled checks, with the installed settings but a schedule of a minute (the
-    sandbox's is a week): what it printed."""
+def _scheduled_pass() -> dict[str, str]:
+    """One pass of the controller's scheduled checks with the installed settings, but every idle node due (the
+    sandbox's schedule is a week) and a history of the test's own: node -> the check job it started there."""
     done = on_host("ctl01", SCHEDULED, "--config", f"{SCHEDULED_TEST}.json", "--state", f"{SCHEDULED_TEST}.state")
     assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _started(printed: str) -> dict[str, str]:
-    """Node -> the check job a pass started on it."""
-    found = (line.split(": ") for line in printed.splitlines() if line.endswith(" started"))
+    found = (line.split(": ") for line in done.stdout.splitlines() if line.endswith(" started"))
     return {parts[1]: parts[2].split()[1] for parts in found}
 
 
-def _alice(*options: str) -> str:
+def _alice(node: str, command: str) -> str:
     sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--chdir=/tmp",
-              "--gres=gpu:1", *options]  # fmt: skip
+              "--gres=gpu:1", f"--nodelist={node}", "--wrap", shlex.quote(command)]  # fmt: skip
     done = on_host("ctl01", *sbatch)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -523,46 +518,47 @@ def test_scheduled_checks_take_only_idle_nodes_and_yield_to_any_user_job(interva
     """The controller's timer runs a pass of gpuinfra-scheduled-checks now and then. With gpu01 running alice's job
     and gpu02 idle, a pass starts a check job on gpu02 alone. The check is slow (the two minutes of a real DCGM
     diagnostic), and alice's job for gpu02 preempts it at once: her job runs, the check job is cancelled, and the
-    history records it as preempted. With gpu01 idle and its DCGM diagnostic failing, the next check job's failure
-    drains gpu01 through its health check with the check's reason, gpu02 passing stays in service; repaired, gpu01
-    passes the admission gate (whose job its health check does not refuse) and is back."""
+    next pass records it as preempted. With both idle and gpu01's DCGM diagnostic failing, the failure of gpu01's
+    next check drains it through its health check with the check's reason, gpu02 passing stays in service;
+    repaired, gpu01 passes the admission gate (whose job its health check does not refuse) and is back."""
     _restore()
     assert on_host("ctl01", "systemctl", "is-active", "gpuinfra-scheduled-checks.timer").stdout.strip() == "active"
-    history = "/var/lib/gpuinfra/admission/history.jsonl"
-    before = len(on_host("ctl01", "cat", history).stdout.splitlines())
     installed = json.loads(on_host("ctl01", "cat", "/etc/gpuinfra/scheduled-checks.json").stdout)
-    settings = shlex.quote(json.dumps({**installed, "every": 60}))
-    assert on_host("ctl01", "sh", "-c", shlex.quote(f"echo {settings} > {SCHEDULED_TEST}.json")).returncode == 0
+    settings = json.dumps({**installed, "every": 1, "history": f"{SCHEDULED_TEST}.jsonl"})
+    written = on_host("ctl01", "sh", "-c", shlex.quote(f"echo {shlex.quote(settings)} > {SCHEDULED_TEST}.json"))
+    assert written.returncode == 0, written.stderr
     jobs: list[str] = []
     try:
-        jobs.append(_alice("--nodelist=gpu01", "--wrap", shlex.quote("sleep 600")))
+        jobs.append(_alice("gpu01", "sleep 600"))
         wait_for("alice's job on gpu01", lambda: _job(jobs[0])[0] == "RUNNING", 60)
         assert on_host("gpu02", SWITCH, "--checks", "dcgm-slow").returncode == 0
-        started = _started(_scheduled_pass())
+        started = _scheduled_pass()
         assert list(started) == ["gpu02"], started
         check = started["gpu02"]
         wait_for("the check job running", lambda: _job(check)[0] == "RUNNING", 60)
         time.sleep(5)  # well into the slow diagnostic
-        jobs.append(_alice("--nodelist=gpu02", "--wrap", "hostname"))
-        wait_for("alice's job ran on gpu02", lambda: _job(jobs[1])[0] == "COMPLETED", 90)
+        jobs.append(_alice("gpu02", "sleep 600"))
+        wait_for("alice's job running on gpu02", lambda: _job(jobs[1])[0] == "RUNNING", 90)
         assert _job(check)[0].split()[0] in ("PREEMPTED", "CANCELLED"), _job(check)
-        _scheduled_pass()
+        preempted_at, ran_from = int(_job(check, "End")[2]), int(_job(jobs[1])[2])
+        assert _scheduled_pass() == {}  # both nodes busy
 
-        on_host("ctl01", "scancel", jobs[0])
-        wait_for("gpu01 idle", lambda: node("gpu01")[0] == "idle", 60)
         assert on_host("gpu01", SWITCH, "--checks", "dcgm-fail").returncode == 0
         assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
-        started = _started(_scheduled_pass())
+        on_host("ctl01", "scancel", *jobs)
+        wait_for("both idle", lambda: node("gpu01")[0] == node("gpu02")[0] == "idle", 60)
+        started = _scheduled_pass()
         assert sorted(started) == ["gpu01", "gpu02"], started
         wait_for("both check jobs ended", lambda: all(_job(j)[0] not in ("PENDING", "RUNNING", "COMPLETING")
                                                       for j in started.values()), 120)  # fmt: skip
         _scheduled_pass()
-        kept = [json.loads(line) for line in on_host("ctl01", "cat", history).stdout.splitlines()[before:]]
-        assert [(k["node"], k["verdict"]) for k in kept] == [("gpu02", "preempted"), ("gpu01", "fail"),
-                                                             ("gpu02", "pass")], kept  # fmt: skip
+        kept = [json.loads(line) for line in on_host("ctl01", "cat", f"{SCHEDULED_TEST}.jsonl").stdout.splitlines()]
+        assert [(k["node"], k["verdict"]) for k in kept][:3] == [("gpu02", "preempted"), ("gpu01", "fail"),
+                                                                 ("gpu02", "pass")], kept  # fmt: skip
         failed = "gpuinfra-health: node: active checks failed: dcgm diag -r 2 failed memory on GPU 1"
         wait_for("gpu01 drained by its health check", lambda: node("gpu01")[1].startswith(failed), one_interval)
         assert not drained(node("gpu02")[0]), node("gpu02")
+        print(f"alice's job ran on gpu02 {ran_from - preempted_at} s after the check job it preempted ended")
 
         assert on_host("gpu01", SWITCH, "--checks", "pass").returncode == 0
         gate = _admit("gpu01")
@@ -575,5 +571,6 @@ def test_scheduled_checks_take_only_idle_nodes_and_yield_to_any_user_job(interva
             on_host(host, SWITCH, "--checks", "pass")
         if jobs:
             on_host("ctl01", "scancel", *jobs)
-        on_host("ctl01", "rm", "-f", f"{SCHEDULED_TEST}.json", f"{SCHEDULED_TEST}.state")
+        on_host("ctl01", "scancel", "--name=gpuinfra-scheduled-check")
+        on_host("ctl01", "rm", "-f", *(f"{SCHEDULED_TEST}.{end}" for end in ("json", "state", "jsonl")))
         _restore()

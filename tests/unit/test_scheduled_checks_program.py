@@ -41,6 +41,7 @@ class Slurm:
         self.nodes, self.jobs, self.busy = NODES, jobs or {}, busy
         self.calls: list[list[str]] = []
         self.next_job = 100
+        self.pending: set[str] = set()
 
     def __call__(self, argv: list[str]) -> tuple[int, str, str]:
         self.calls.append(argv)
@@ -49,12 +50,17 @@ class Slurm:
         if argv[0] == "sacct":
             wanted = next(a for a in argv if a.startswith("--jobs=")).split("=", 1)[1].split(",")
             return 0, "".join(f"{j}|{s}|{e}\n" for j, (s, e) in self.jobs.items() if j in wanted), ""
-        if argv[0] == "sbatch":
+        if argv[0] == "sbatch":  # a job for a node a user job took first stays pending
             node = next(a for a in argv if a.startswith("--nodelist=")).split("=", 1)[1]
-            if node in self.busy:
-                return 1, "", "sbatch: error: Unable to allocate resources: Requested nodes are busy"
             self.next_job += 1
+            if node in self.busy:
+                self.pending.add(str(self.next_job))
             return 0, f"{self.next_job}\n", ""
+        if argv[0] == "squeue":
+            wanted = argv[2].split("=", 1)[1].split(",")
+            return 0, "".join(f"{j}|{'PENDING' if j in self.pending else 'RUNNING'}\n" for j in wanted), ""
+        if argv[0] == "scancel":
+            return 0, "", ""
         raise AssertionError(f"unexpected call {argv}")
 
     def submitted(self) -> list[list[str]]:
@@ -78,7 +84,7 @@ def test_only_idle_nodes_due_for_their_checks_get_a_job_the_whole_node_at_once(t
     # gpu02 runs a job, gpu03 is drained, gpu04 reserved, gpu05 not responding, cpu01 has no GPU partition.
     assert done == {"ended": [], "started": {"gpu01": "101", "gpu06": "102"}}
     assert slurm.submitted()[0] == [
-        "sbatch", "--parsable", "--immediate", "--partition=gpuinfra", "--qos=gpuinfra-idle", "--nodelist=gpu01",
+        "sbatch", "--parsable", "--partition=gpuinfra", "--qos=gpuinfra-idle", "--nodelist=gpu01",
         "--nodes=1", "--ntasks=1", "--exclusive", "--time=30", "--job-name=gpuinfra-scheduled-check",
         "--output=/dev/null", "--gres=gpu:l4:2", "--wrap=exec /usr/local/sbin/gpuinfra-active-checks --json",
     ]  # fmt: skip
@@ -99,11 +105,15 @@ def test_a_node_checked_lately_at_its_admission_or_on_schedule_is_not_due(tmp_pa
     assert program.one_pass(slurm, settings(tmp_path, every=600), {}, NOW)["started"] == {"gpu01": "101"}
 
 
-def test_a_node_a_user_job_took_first_is_left_for_the_next_pass(tmp_path: Path) -> None:
+def test_a_check_job_that_cannot_start_at_once_is_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user job took gpu01 between the look and the submission: its check job, pending, is cancelled within the
+    wait, and the node is left for the next pass."""
+    monkeypatch.setattr(program, "START_WAIT", 0)
     slurm = Slurm(busy=frozenset({"gpu01"}))
     state: dict[str, Any] = {}
-    assert program.one_pass(slurm, settings(tmp_path), state, NOW)["started"] == {"gpu06": "101"}
-    assert state == {"jobs": {"101": {"node": "gpu06", "submitted": NOW}}}
+    assert program.one_pass(slurm, settings(tmp_path), state, NOW)["started"] == {"gpu06": "102"}
+    assert ["scancel", "101"] in slurm.calls
+    assert state == {"jobs": {"102": {"node": "gpu06", "submitted": NOW}}}
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,10 @@ A systemd timer runs it on the Slurm controller every few seconds to minutes. Ea
 1. records the check jobs that ended since the last pass in the admission history (the gate's file), one JSON line
    each, with the verdict the job's exit status gives (gpuinfra-active-checks: 0 pass, 1 fail, 3 unknown); a job a
    user job preempted is recorded as such, and its node is due again;
-2. submits a check job (`sbatch --immediate`, the whole node, gpuinfra's partition and its scheduled checks' QoS,
-   which every other QoS preempts) to each node that is idle (no job, no drain, no reservation) and whose last
-   check, scheduled or at its admission, is older than `every`.
+2. submits a check job (sbatch, the whole node, gpuinfra's partition and its scheduled checks' QoS, which every
+   other QoS preempts) to each node that is idle (no job, no drain, no reservation) and whose last check,
+   scheduled or at its admission, is older than `every`; a job that has not started within seconds (a user job got
+   there first) is cancelled.
 
 A check job never makes a user job wait: it starts only on an idle node, at once or not at all, and a user job that
 wants the node preempts it (the job is cancelled, and the node's program keeps no result of a run it did not end).
@@ -43,6 +44,8 @@ VERDICTS = {0: "pass", 1: "fail", 3: "unknown"}
 # sacct states of a job that has not ended.
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"}
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# How long a check job may stay pending before it is cancelled: an idle node's job starts in a scheduling cycle.
+START_WAIT = 10
 
 Run = Callable[[list[str]], "tuple[int, str, str]"]
 
@@ -169,10 +172,10 @@ def collect(run: Run, jobs: dict[str, dict[str, Any]], now: float, grace: int) -
 
 
 def submit(run: Run, settings: Settings, node: Node) -> str | None:
-    """The check job's id, or None when the node could not be had at once (a user job got there first)."""
+    """The check job's id, or None when Slurm refused it."""
     minutes = max(1, -(-settings.timeout // 60))
     argv = [
-        "sbatch", "--parsable", "--immediate", f"--partition={settings.partition}", f"--qos={settings.qos}",
+        "sbatch", "--parsable", f"--partition={settings.partition}", f"--qos={settings.qos}",
         f"--nodelist={node.name}", "--nodes=1", "--ntasks=1", "--exclusive", f"--time={minutes}",
         f"--job-name={JOB_NAME}", "--output=/dev/null", *([f"--gres={node.gres}"] if node.gres else []),
         f"--wrap=exec {shlex.quote(settings.program)} --json",
@@ -180,6 +183,21 @@ def submit(run: Run, settings: Settings, node: Node) -> str | None:
     rc, out, _ = run(argv)
     job = out.strip().split(";")[0]
     return job if rc == 0 and job.isdigit() else None
+
+
+def cancel_pending(run: Run, jobs: list[str], wait: float, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """The jobs still pending after `wait` seconds, cancelled (sbatch has no --immediate): a check job starts at
+    once on its idle node or not at all."""
+    deadline = time.monotonic() + wait
+    while True:
+        rc, out, _ = run(["squeue", "--noheader", f"--jobs={','.join(jobs)}", "--format=%i|%T"])
+        pending = [j for j, _, state in (line.partition("|") for line in out.split()) if state == "PENDING"]
+        if rc != 0 or not pending or time.monotonic() >= deadline:
+            break
+        sleep(1)
+    if pending:
+        run(["scancel", *pending])
+    return pending
 
 
 def one_pass(run: Run, settings: Settings, state: dict[str, Any], now: float) -> dict[str, Any]:
@@ -198,8 +216,10 @@ def one_pass(run: Run, settings: Settings, state: dict[str, Any], now: float) ->
         if node.idle and due and settings.partition in node.partitions and node.name not in checking:
             job = submit(run, settings, node)
             if job is not None:
-                jobs[job] = {"node": node.name, "submitted": round(now, 3)}
                 started[node.name] = job
+    cancelled = set(cancel_pending(run, list(started.values()), START_WAIT)) if started else set()
+    started = {node: job for node, job in started.items() if job not in cancelled}
+    jobs.update({job: {"node": node, "submitted": round(now, 3)} for node, job in started.items()})
     return {"ended": ended, "started": started}
 
 
