@@ -338,7 +338,8 @@ def test_a_new_node_whose_machine_is_not_up_is_reported_and_the_rest_converges(s
         assert all(s["failed"] == 0 and s["unreachable"] == 0 and s["ok"] > 0 for s in reached.values()), reached
         node = on_host("ctl01", "scontrol", "show", "node", "gpu03")
         assert node.returncode == 0 and "NodeAddr=10.213.42.13" in node.stdout, node.stdout + node.stderr
-        words = on_host("ctl01", "sinfo", "--noheader", "--Node", "--nodes=gpu[01-02]", "--format=%N %t").stdout.split()
+        listed = on_host("ctl01", "sinfo", "--noheader", "--Node", "--nodes=gpu[01-02]", shlex.quote("--format=%N %t"))
+        words = listed.stdout.split()
         states = dict(zip(words[::2], words[1::2], strict=True))  # a node once per partition
         assert set(states) == {"gpu01", "gpu02"} and set(states.values()) <= {"idle", "mix", "alloc"}, states
     finally:
