@@ -188,8 +188,8 @@ def plan(
         if settings:
             commands.append(["modify", "qos", "where", f"name={want['name']}", "set", *settings])
     wanted_qos = {q["name"] for q in qos}
-    for name, have in sorted(by_qos.items()):
-        missing = [q for q in preemptible if q not in names(have.get("preempt", ""))]
+    for name, row in sorted(by_qos.items()):
+        missing = [q for q in preemptible if q not in names(row.get("preempt", ""))]
         if name not in wanted_qos | OWN_QOS and missing:
             commands.append(["modify", "qos", "where", f"name={name}", "set", f"Preempt+={','.join(missing)}"])
     unmanaged.extend(f"qos {name}" for name in sorted(by_qos) if name not in wanted_qos | BUILTIN_QOS)
