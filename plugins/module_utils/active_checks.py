@@ -20,6 +20,8 @@ from typing import Any
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 PREFIX = "gpuinfra admission"
+# Where gpuinfra-active-checks keeps the node's last result, which gpuinfra-health reads.
+RESULT = "/var/lib/gpuinfra-health/active-checks.json"
 
 # Far above what a real run prints (an 8-GPU `dcgmi diag -r 4 -j` is tens of KiB): more is not that tool's output.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024

@@ -200,10 +200,14 @@ class Gate:
         rc, out, _ = self.run(["squeue", "--noheader", f"--nodelist={node}", "--format=%i"])
         return rc != 0 or bool(out.strip())
 
+    def reserved(self, node: str) -> bool:
+        """Whether the node holds the gate's reservation."""
+        return self.scontrol("show", "reservation", reservation(node))[0] == 0
+
     def reserve(self, node: str) -> None:
         """A maintenance reservation of the node for root alone; one a stopped run left is replaced, with its job."""
         name = reservation(node)
-        if self.scontrol("show", "reservation", name)[0] == 0:
+        if self.reserved(node):
             self.run(["scancel", f"--reservation={name}"])
             self.scontrol("delete", f"ReservationName={name}")
         rc, _, err = self.scontrol(
@@ -327,11 +331,7 @@ def waiting(gate: Gate, nodes: list[str]) -> list[str]:
     found = []
     for node in nodes:
         state = gate.state(node)
-        if state is None:
-            continue
-        if (state.drained and state.reason == ADMISSION) or gate.scontrol("show", "reservation", reservation(node))[
-            0
-        ] == 0:
+        if state is not None and ((state.drained and state.reason == ADMISSION) or gate.reserved(node)):
             found.append(node)
     return found
 

@@ -424,6 +424,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     mapping = job_mapping_dir(model)
     health_check = HEALTH_CHECK_PROGRAM if model.health.check.enabled else ""
     gpus = gpu_gres(rc)
+    own_qos_names = checks_qos(rc)
     return {
         "slurm_common_cluster_name": cluster,
         "slurm_common_nodes": nodes(rc, gpus),
@@ -457,10 +458,10 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "slurm_compute_health_check_program": health_check,
         "slurm_compute_health_check_on_job_start": model.health.check.on_job_start,
         "slurm_accounting_cluster_name": cluster,
-        "slurm_accounting_qos": qos_list(slurm, checks_qos(rc)),
+        "slurm_accounting_qos": qos_list(slurm, own_qos_names),
         "slurm_accounting_accounts": accounts(slurm),
-        "slurm_accounting_root_qos": checks_qos(rc),
-        "slurm_accounting_preemptible": [q for q in checks_qos(rc) if q == IDLE_CHECKS_QOS],
+        "slurm_accounting_root_qos": own_qos_names,
+        "slurm_accounting_preemptible": [q for q in own_qos_names if q == IDLE_CHECKS_QOS],
     }
 
 

@@ -31,7 +31,6 @@ from typing import Any
 
 LIBRARY = "/usr/local/lib/gpuinfra"
 CONFIG = "/etc/gpuinfra/health.json"
-RESULT = "/var/lib/gpuinfra-health/active-checks.json"
 EXIT = {"pass": 0, "fail": 1, "unknown": 3}
 
 sys.path.insert(0, LIBRARY)
@@ -39,14 +38,14 @@ from gpuinfra_node.active_checks import (  # noqa: E402
     FAIL,
     MAX_OUTPUT_BYTES,
     PASS,
+    PREFIX,
+    RESULT,
     UNKNOWN,
     CheckResult,
     judge_all_reduce,
     judge_dcgm_diag,
     judge_host_bandwidth,
 )
-
-PREFIX = "gpuinfra admission"
 
 
 class Failure(Exception):

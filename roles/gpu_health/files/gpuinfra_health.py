@@ -57,10 +57,7 @@ CONFIG = "/etc/gpuinfra/health.json"
 STATE = "/var/lib/gpuinfra-health/state.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 REASON_PREFIX = "gpuinfra-health:"
-# The last result of the node's active checks, as gpuinfra-active-checks keeps it, and its reasons' prefix.
-ACTIVE_RESULT = "/var/lib/gpuinfra-health/active-checks.json"
-ACTIVE_PREFIX = "gpuinfra admission:"
-ACTIVE_RESULT_BYTES = 1024 * 1024  # the program writes a few KiB
+ACTIVE_RESULT_BYTES = 1024 * 1024  # gpuinfra-active-checks' last result: it writes a few KiB
 TAINT_KEY = "gpuinfra.io/gpu-unhealthy"
 REASON_ANNOTATION = "gpuinfra.io/gpu-unhealthy-reason"
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -75,6 +72,7 @@ CHECKS_PARTITION = "gpuinfra"
 REASON_LENGTH = 120
 
 sys.path.insert(0, LIBRARY)
+from gpuinfra_node import active_checks  # noqa: E402
 from gpuinfra_node.node_probe import (  # noqa: E402
     PACKAGE_LOCK_LIMIT,
     KernelLog,
@@ -721,16 +719,16 @@ def active_checks_said(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     if not (config.get("active") or {}).get("checks"):
         return [], []
     try:
-        with open(config.get("active_result", ACTIVE_RESULT), encoding="utf-8") as handle:
+        with open(config.get("active_result", active_checks.RESULT), encoding="utf-8") as handle:
             result = json.loads(handle.read(ACTIVE_RESULT_BYTES))
     except (OSError, ValueError):
         return [], []  # no run yet (one cut short by a preempting job keeps none)
     if not isinstance(result, dict) or not isinstance(result.get("reason"), str):
         return [], []
-    said = result["reason"].removeprefix(ACTIVE_PREFIX).strip()
-    if result.get("verdict") == "fail":
+    said = result["reason"].removeprefix(f"{active_checks.PREFIX}:").strip()
+    if result.get("verdict") == active_checks.FAIL:
         return [f"active checks failed: {said}"], []
-    if result.get("verdict") == "unknown":
+    if result.get("verdict") == active_checks.UNKNOWN:
         return [], [f"active checks could not judge the node: {said}"]
     return [], []
 

@@ -245,8 +245,8 @@ def plan(
                         ]
                     )
 
-    root = users_have.get(("root", "root"))
-    missing = [q for q in root_qos or [] if root is not None and q not in names(root.get("qos", ""))]
+    root = users_have.get(("root", "root"))  # made with the cluster
+    missing = [q for q in root_qos or [] if q not in names(root.get("qos", ""))] if root else []
     if missing:
         commands.append(
             [
