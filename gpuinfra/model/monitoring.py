@@ -87,6 +87,10 @@ class Routes(Model):
     """Receivers of warnings (memory nearly full, Slurm node drained)."""
     info: list[Name] = []
     """Receivers of informational alerts (GPUs allocated but idle)."""
+    teams: dict[Name, list[Name]] = {}
+    """Receivers of the alerts about a team's own jobs, by Slurm account, besides the severity's: an alert whose
+    `account` label names the account (a GPU's XID during one of its jobs, a job killed for memory, GPUs allocated
+    but idle) goes to them too, e.g. `{vision: [vision-oncall]}`."""
 
 
 class Tls(Model):

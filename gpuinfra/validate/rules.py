@@ -41,13 +41,23 @@ def _monitoring(rc: ResolvedCluster, report: Diagnostics) -> None:
             report.error(("monitoring", "components"), f"{needs}; add the role to a node group or remove them")
         else:  # the default stack: say what will be missing, without failing a cluster that has no such host
             report.warning(("monitoring",), f"{needs}, so they are not installed; add the role to a node group")
-    for severity in ("critical", "warning", "info"):
-        for i, receiver in enumerate(getattr(mon.routes, severity)):
-            if receiver not in mon.receivers:
-                report.error(
-                    ("monitoring", "routes", severity, i),
-                    f"receiver {receiver!r} is not defined; {suggest(receiver, list(mon.receivers))}",
-                )
+    routes: list[tuple[tuple[str | int, ...], str]] = [
+        ((severity, i), receiver)
+        for severity in ("critical", "warning", "info")
+        for i, receiver in enumerate(getattr(mon.routes, severity))
+    ]
+    routes += [(("teams", team, i), r) for team, names in mon.routes.teams.items() for i, r in enumerate(names)]
+    for where, receiver in routes:
+        if receiver not in mon.receivers:
+            report.error(
+                ("monitoring", "routes", *where),
+                f"receiver {receiver!r} is not defined; {suggest(receiver, list(mon.receivers))}",
+            )
+    accounts = list(rc.model.slurm.accounts) if rc.model.slurm is not None else []
+    for team in mon.routes.teams:
+        if team not in accounts:
+            why = suggest(team, accounts) if accounts else "teams are Slurm accounts, and this cluster has none"
+            report.error(("monitoring", "routes", "teams", team), f"{team!r} is not a Slurm account; {why}")
 
 
 def _upgrade(rc: ResolvedCluster, report: Diagnostics) -> None:

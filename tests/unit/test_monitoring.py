@@ -55,13 +55,14 @@ node_groups:
   l40s: {hosts: l40s-01, roles: [slurm_compute], gpu: {model: L40S, count: 4}}
 slurm:
   partitions: {gpu: {node_groups: [h100, l40s], default: true}}
+  accounts: {physics: {users: [alice]}}
 monitoring:
   alerts: {gpu_temp_c: 80}
   receivers:
     oncall: {type: webhook, url: "https://alerts.example.org/hook"}
     mail: {type: email, to: hpc-admins@example.org, sender: alertmanager@example.org, smarthost: "smtp.example.org:587"}
     chat: {type: slack, channel: "#gpu", api_url_file: /etc/prometheus/slack-url}
-  routes: {critical: [oncall, mail, chat], warning: [mail], info: [chat]}
+  routes: {critical: [oncall, mail, chat], warning: [mail], info: [chat], teams: {physics: [oncall]}}
   tls: {cert_file: /etc/ssl/gpuinfra/host.crt, key_file: /etc/ssl/gpuinfra/host.key, ca_file: /etc/ssl/gpuinfra/ca.crt}
   basic_auth: true
 """
@@ -123,6 +124,7 @@ def test_variables_say_what_the_model_says() -> None:
         "critical": ["oncall", "mail", "chat"],
         "warning": ["mail"],
         "info": ["chat"],
+        "teams": {"physics": ["oncall"]},
     }
 
     k8s = monitoring.group_vars(_load("k8s-mig").resolved)
@@ -277,10 +279,11 @@ def test_kubernetes_gpu_nodes_are_left_to_the_operator() -> None:
     assert yaml_load(rendered("k8s-mig")["monitoring/prometheus/targets/dcgm_exporter.yml"].content) == []
 
 
-def test_alertmanager_routes_each_severity_to_its_receivers() -> None:
+def test_alertmanager_routes_each_team_and_severity_to_its_receivers() -> None:
     config = yaml_load(rendered("mon-full")["monitoring/alertmanager/alertmanager.yml"].content)
     routes = [(r["matchers"], r["receiver"], r["continue"]) for r in config["route"]["routes"]]
     assert routes == [
+        (['account="physics"'], "oncall", True),
         (['severity="critical"'], "oncall", True),
         (['severity="critical"'], "mail", True),
         (['severity="critical"'], "chat", True),

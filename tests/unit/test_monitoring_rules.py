@@ -64,14 +64,45 @@ CASES: dict[str, dict[str, Any]] = {
             "3m": [alert("GpuTemperatureHigh", "critical", **gpu_labels("gpu01", "0"))],
         },
     },
+    # A GPU's own fault (79, 48): critical, with the job that held the GPU, its user and account; an application's
+    # XID (13) and one the catalog ignores (45, a channel preempted) raise none here.
     "GpuXidError": {
         "series": {
             dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu01", "0"): "0 0 79x8",
             dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu01", "1"): "0x10",
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu02", "0", ', hpc_job="7"'): "0 0 48x8",
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu02", "1"): "13x10",
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu03", "0"): "45x10",
+            'gpuinfra_slurm_job_info{job="node", instance="ctl01", hpc_job="7", user="bob", account="nlp", '
+            'partition="gpu"}': "1x10",
         },
         "evals": {
             "30s": [],
-            "2m": [alert("GpuXidError", "critical", **gpu_labels("gpu01", "0"))],
+            "2m": [
+                alert("GpuXidError", "critical", **gpu_labels("gpu01", "0")),
+                alert("GpuXidError", "critical", **gpu_labels("gpu02", "0", hpc_job="7", user="bob", account="nlp")),
+            ],
+        },
+    },
+    # An application's fault: a warning naming the job, its user and account, for the team's receiver; on a GPU no
+    # job holds, the GPU's own labels.
+    "GpuApplicationXid": {
+        "series": {
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu01", "1", ', hpc_job="101"'): "0 13x9",
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu01", "0"): "0 31x9",
+            dcgm("DCGM_FI_DEV_XID_ERRORS", "gpu02", "0"): "0 79x9",
+            'gpuinfra_slurm_job_info{job="node", instance="ctl01", hpc_job="101", user="alice", account="vision", '
+            'partition="gpu"}': "1x10",
+        },
+        "evals": {
+            "2m": [
+                alert("GpuApplicationXid", "warning", **gpu_labels("gpu01", "0")),
+                alert(
+                    "GpuApplicationXid",
+                    "warning",
+                    **gpu_labels("gpu01", "1", hpc_job="101", user="alice", account="vision"),
+                ),  # fmt: skip
+            ],
         },
     },
     "GpuEccUncorrectable": {

@@ -16,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ... import catalog
 from ...model.driver import LocalSource, MirrorSource
 from ...model.grammar import duration_seconds
 from ...model.monitoring import COMPONENTS
-from ...resolve import ResolvedCluster
+from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
 from . import LEFT_OUT
 from .concern import Concern
+from .health import EMULATED_GPU_TOOLS
 
 ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("monitoring/prometheus/prometheus.yml", "prometheus", "prometheus.yml.j2", "monitoring"),
@@ -125,6 +127,21 @@ def _dcgm_vars(rc: ResolvedCluster) -> dict[str, Any]:
     }
 
 
+def _xid_ranges(rc: ResolvedCluster, wanted: str) -> list[list[int]]:
+    """The XIDs of one class in NVIDIA's catalog, with the site's classes (health.xid_classes, allowed_xids), as
+    [first, last] ranges: the alert rules compare the exporter's last XID with each."""
+    health = rc.model.health
+    overrides = {**{xid: "ignore" for xid in health.allowed_xids}, **health.xid_classes}
+    xids = sorted({e.xid for e in catalog.xid_entries()} | set(overrides))
+    ranges: list[list[int]] = []
+    for xid in (x for x in xids if catalog.xid_class(x, overrides=overrides) == wanted):
+        if ranges and ranges[-1][1] == xid - 1:
+            ranges[-1][1] = xid
+        else:
+            ranges.append([xid, xid])
+    return ranges
+
+
 def _dcgm_gpu_counts(rc: ResolvedCluster) -> list[int]:
     """The GPU counts of the nodes whose DCGM exporter Prometheus scrapes (the role's default targets)."""
     return sorted({h.gpu_count for h in rc.hosts.values() if h.gpu_count and "k8s_gpu_worker" not in h.roles})
@@ -171,6 +188,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "prometheus_alert_node_down_for": alerts.node_down_for,
         "prometheus_alert_kernel_update_pending_s": duration_seconds(alerts.kernel_update_pending_for),
         "prometheus_alert_slurm": rc.model.slurm is not None,
+        "prometheus_application_xids": _xid_ranges(rc, "application"),
+        "prometheus_ignored_xids": _xid_ranges(rc, "ignore"),
         "prometheus_basic_auth": mon.basic_auth,
         "alertmanager_listen_host": listen_host,
         "alertmanager_receivers": {name: r.model_dump() for name, r in mon.receivers.items()},
@@ -182,4 +201,12 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     }
 
 
-CONCERN = Concern("monitoring", ARTIFACTS, group_vars)
+def host_vars(host: Host) -> dict[str, Any]:
+    """A node whose GPUs are emulated runs the sandbox's stand-in exporter (gpus/dcgm_exporter.py), which answers
+    from the same emulated GPUs as its nvidia-smi: NVIDIA's exporter needs DCGM and real GPUs."""
+    if host.gpu_emulated:
+        return {"dcgm_exporter_source": "binary", "dcgm_exporter_binary": f"{EMULATED_GPU_TOOLS}/dcgm-exporter"}
+    return {}
+
+
+CONCERN = Concern("monitoring", ARTIFACTS, group_vars, host_vars=host_vars)
