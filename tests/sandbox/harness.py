@@ -98,12 +98,11 @@ def last_reload(cluster: Path, scheme: str) -> str:
 
 
 def scrape_health(cluster: Path, scheme: str) -> dict[str, str]:
-    """Each of Prometheus's scrape URLs (the DCGM exporters' left out: no image here) and its health, once every one
-    is up or after 2 minutes."""
+    """Each of Prometheus's scrape URLs and its health, once every one is up or after 2 minutes."""
     deadline = time.monotonic() + 120
     while True:
         targets = prometheus_api(cluster, scheme, "targets")["activeTargets"]
-        health = {t["scrapeUrl"]: t["health"] for t in targets if t["labels"]["job"] != "dcgm_exporter"}
+        health = {t["scrapeUrl"]: t["health"] for t in targets}
         if set(health.values()) == {"up"} or time.monotonic() > deadline:
             return health
         time.sleep(5)

@@ -186,16 +186,18 @@ def test_every_partition_serves_both_gpu_nodes_and_monitoring_runs(sandbox: Path
     assert refused.returncode != 0 and "Access/permission denied" in refused.stderr, refused.stderr
     units = {
         "ctl01": ["prometheus-node-exporter", "prometheus", "prometheus-alertmanager"],
-        "gpu01": ["prometheus-node-exporter"],
-        "gpu02": ["prometheus-node-exporter"],
+        "gpu01": ["prometheus-node-exporter", "gpuinfra-dcgm-exporter"],
+        "gpu02": ["prometheus-node-exporter", "gpuinfra-dcgm-exporter"],
     }
     for host, names in units.items():
         active = on_host(host, "systemctl", "is-active", *names)
         assert active.stdout.split() == ["active"] * len(names), (host, active.stdout)
-    # The default, plain HTTP with basic auth: Prometheus scrapes every host's exporter, Alertmanager and itself.
-    health = scrape_health(sandbox, "http")
-    assert set(health.values()) == {"up"} and len(health) >= 5, health
-    assert all(url.startswith("http://") for url in health), health
+    # HTTPS with basic auth: Prometheus scrapes every host's node exporter, the GPU nodes' DCGM exporters (the
+    # sandbox's stand-in behind the real web configuration), Alertmanager and itself.
+    health = scrape_health(sandbox, "https")
+    assert set(health.values()) == {"up"} and len(health) >= 7, health
+    assert all(url.startswith("https://") for url in health), health
+    assert {f"https://10.213.42.1{i}:9400/metrics" for i in (1, 2)} <= set(health), health
 
 
 def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Path, tmp_path: Path) -> None:

@@ -283,10 +283,11 @@ def test_apply_fails_a_node_whose_gpu_broke_before_its_health_check_drained_it(i
 REPEATED_REASON = "gpuinfra-health: XID 13 from 3 different jobs on GPU 1 within 1h: treated as a GPU fault"
 
 
-def _job_on_gpu02() -> tuple[str, int]:
-    """A job of alice's running `sleep` on gpu02: its id, and the pid slurmd lists for its process."""
+def _job_on_gpu02(*options: str) -> tuple[str, int]:
+    """A job of alice's running `sleep` on gpu02 (with sbatch's `options`): its id, and the pid slurmd lists for its
+    process."""
     sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--nodelist=gpu02",
-              "--chdir=/tmp", "--output=/dev/null", "--wrap", shlex.quote("exec sleep 600")]  # fmt: skip
+              "--chdir=/tmp", "--output=/dev/null", *options, "--wrap", shlex.quote("exec sleep 600")]  # fmt: skip
     submitted = on_host("ctl01", *sbatch)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
@@ -351,6 +352,68 @@ def test_an_application_xid_is_the_jobs_until_several_jobs_have_it(interval: int
     wait_for("gpu02 resumed", lambda: not drained(node("gpu02")[0]), 2 * interval)
 
 
+# --- GPU alerts end to end: the emulated GPUs' DCGM exporter, Prometheus over TLS, Alertmanager, the team --------
+
+# Each team's receiver in the sandbox's cluster file is http://ctl01:9099/<team>; this one keeps every notification
+# Alertmanager posts, one JSON document per line, in a file per path.
+WEBHOOK = """import http.server
+class Keep(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open("/run/gpuinfra-test-webhook" + self.path.replace("/", "-") + ".jsonl", "ab") as out:
+            out.write(body.replace(b"\\n", b" ") + b"\\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("10.213.42.10", 9099), Keep).serve_forever()
+"""
+
+
+def _notified(team: str) -> list[dict[str, object]]:
+    """The alerts Alertmanager has posted to `team`'s receiver, each with its status."""
+    done = on_host("ctl01", "cat", f"/run/gpuinfra-test-webhook-{team}.jsonl")
+    posts = [json.loads(line) for line in done.stdout.splitlines()] if done.returncode == 0 else []
+    return [{"status": a["status"], **a["labels"]} for post in posts for a in post["alerts"]]
+
+
+def test_an_application_xid_alert_reaches_its_team_naming_the_job_and_its_user(
+    interval: int, one_interval: float
+) -> None:
+    """alice's job holds both of gpu02's GPUs; XID 13 from its process on GPU 1. The stand-in DCGM exporter
+    publishes it with the job's hpc_job label, Prometheus scrapes it over TLS, GpuApplicationXid fires naming the
+    job, alice and her account, and Alertmanager posts it to the vision team's receiver, not to nlp's. gpu02 stays in
+    service: an application's fault is not the node's."""
+    _restore()
+    unit = "gpuinfra-test-webhook"
+    on_host("ctl01", "systemctl", "stop", unit)
+    on_host("ctl01", "rm", "-f", "/run/gpuinfra-test-webhook-vision.jsonl", "/run/gpuinfra-test-webhook-nlp.jsonl")
+    started = on_host("ctl01", "systemd-run", f"--unit={unit}", "--collect", "python3", "-c", shlex.quote(WEBHOOK))
+    assert started.returncode == 0, started.stderr
+    job = ""
+    try:
+        job, pid = _job_on_gpu02("--gres=gpu:2")
+        _application_xid(pid)
+        wanted = {"status": "firing", "alertname": "GpuApplicationXid", "instance": "gpu02", "gpu": "1",
+                  "hpc_job": job, "user": "alice", "account": "vision", "severity": "warning"}  # fmt: skip
+
+        def arrived() -> bool:
+            return any(wanted.items() <= alert.items() for alert in _notified("vision"))
+
+        took = wait_for("the alert at the vision team's receiver", arrived, 180)
+        print(f"GpuApplicationXid of job {job} reached the vision team's receiver {took:.0f} s after the XID")
+        assert not [a for a in _notified("nlp") if a.get("hpc_job") == job], _notified("nlp")
+        assert not drained(node("gpu02")[0]), node("gpu02")
+        targets = prometheus_api(SANDBOX_CLUSTER, "https", "targets")["activeTargets"]
+        scraped = {t["scrapeUrl"]: t["health"] for t in targets if t["labels"]["job"] == "dcgm_exporter"}
+        assert scraped == {"https://10.213.42.11:9400/metrics": "up", "https://10.213.42.12:9400/metrics": "up"}
+    finally:
+        if job:
+            on_host("ctl01", "scancel", job)
+        on_host("ctl01", "systemctl", "stop", unit)
+        _restore()
+
+
 STATE = "/var/lib/gpuinfra-health/state.json"
 # The program's state, its clock pushed past the limit under the program's own lock: an unknown this old.
 AGED = f"""import json
@@ -363,7 +426,7 @@ json.dump(state, open("{STATE}", "w"))
 
 def _unknown_in_prometheus() -> bool:
     query = 'query?query=gpuinfra_health_verdict{instance="gpu02",verdict="unknown"}'
-    return [r["value"][1] for r in prometheus_api(SANDBOX_CLUSTER, "http", query)["result"]] == ["1"]
+    return [r["value"][1] for r in prometheus_api(SANDBOX_CLUSTER, "https", query)["result"]] == ["1"]
 
 
 def test_a_check_that_cannot_look_leaves_the_node_in_service_until_its_limit(
@@ -425,7 +488,8 @@ def test_a_fault_on_every_gpu_node_takes_at_most_the_limit_out(interval: int, on
                       "--immediate=60", f"--nodelist={kept}", "hostname")  # fmt: skip
         assert (job.returncode, job.stdout.strip()) == (0, kept), job.stderr
         firing = f'query?query=ALERTS{{alertname="GpuHealthSpared",alertstate="firing",instance="{kept}"}}'
-        wait_for("GpuHealthSpared firing", lambda: bool(prometheus_api(SANDBOX_CLUSTER, "http", firing)["result"]), 180)
+        fired = lambda: bool(prometheus_api(SANDBOX_CLUSTER, "https", firing)["result"])  # noqa: E731
+        wait_for("GpuHealthSpared firing", fired, 180)
     finally:
         _restore()
     wait_for("both in service", lambda: not any(drained(node(h)[0]) for h in ("gpu01", "gpu02")), one_interval)
