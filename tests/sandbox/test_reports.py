@@ -4,8 +4,9 @@ playbooks/report.yml over SSH as every run is.
 Runs after test_apply_e2e.py, which converges the sandbox (files run in name order); run alone, it brings the
 sandbox up and converges it first. GPU jobs of alice (account vision) and bob (account nlp) run on the fake GPUs;
 once sacct shows them completed, `gpuinfra report usage --json` must give each account and user exactly the
-GPU-seconds sacct's own ElapsedRaw and AllocTRES give for those jobs. The sandbox has Prometheus but no DCGM
-exporter, so the report says utilisation is not collected, and `report idle` refuses with exit code 3.
+GPU-seconds sacct's own ElapsedRaw and AllocTRES give for those jobs. The GPU nodes' DCGM exporter (the sandbox's
+stand-in, from the same answers as their nvidia-smi: idle GPUs) gives the utilisation of each job's GPUs, and
+`report idle` lists a job whose GPU stays idle past monitoring.alerts.idle_for (a minute here).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 import pytest
 from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
 
-NOT_COLLECTED = "not collected (monitoring.components has no dcgm_exporter)"
-# (user, account, srun options, seconds of sleep): jobs that hold 1, 2 (across both nodes) and 2 GPUs.
+# (user, account, srun options, seconds of sleep): jobs that hold 1, 2 (across both nodes) and 2 GPUs; the last one
+# long enough for Prometheus (every 10 s) to scrape its GPUs more than once.
 JOBS = (
     ("alice", "vision", ["--gres=gpu:1"], 4),
     ("alice", "vision", ["--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"], 3),
-    ("bob", "nlp", ["--gres=gpu:2"], 5),
+    ("bob", "nlp", ["--gres=gpu:2"], 35),
 )
 
 
@@ -115,19 +116,43 @@ def test_usage_gives_each_account_and_user_sacct_s_gpu_hours(jobs: tuple[str, li
         assert by_job[record["JobIDRaw"]]["clipped"] is False
 
 
-def test_usage_says_utilisation_is_not_collected(jobs: tuple[str, list[dict[str, str]]]) -> None:
+def test_usage_gives_the_utilisation_of_each_jobs_gpus(jobs: tuple[str, list[dict[str, str]]]) -> None:
+    """The DCGM exporter's samples of the GPUs each job held (its hpc_job label): bob's 35-second job on two idle
+    GPUs has several, at 0 % and 0 MiB as the emulated GPUs answer; the jobs too short for a scrape say so."""
     since, _ = jobs
     doc = _usage(since)
-    assert doc["utilisation"] == {"collected": False, "reason": NOT_COLLECTED}
-    rows = [*doc["by_account"], *doc["by_user"], *doc["by_partition"], *doc["jobs"]]
-    assert rows and all((r["mean_util_pct"], r["util_note"]) == (None, NOT_COLLECTED) for r in rows)
+    assert doc["utilisation"] == {"collected": True, "reason": None}
+    bobs = next(j for j in doc["jobs"] if j["user"] == "bob")
+    assert bobs["util_samples"] >= 4, bobs  # two GPUs, at least two scrapes each
+    assert (bobs["mean_util_pct"], bobs["mean_fb_used_mib"], bobs["util_note"]) == (0.0, 0.0, None), bobs
+    nlp = next(r for r in doc["by_account"] if r["account"] == "nlp")
+    assert (nlp["mean_util_pct"], nlp["util_note"]) == (0.0, None), nlp
+    for job in doc["jobs"]:
+        assert (job["util_samples"] > 0) == (job["util_note"] is None), job
     table = gpuinfra("report", "usage", str(SANDBOX_CLUSTER), "--since", since, timeout=600)
     assert table.returncode == 0, table.stderr
-    assert f"GPU utilisation: {NOT_COLLECTED}" in table.stdout
-    assert re.search(r"^vision +2 ", table.stdout, re.MULTILINE), table.stdout
+    assert "not collected" not in table.stdout and re.search(r"^vision +2 ", table.stdout, re.MULTILINE), table.stdout
 
 
-def test_idle_refuses_without_gpu_metrics(sandbox: Path) -> None:
-    done = gpuinfra("report", "idle", str(SANDBOX_CLUSTER), timeout=600)
-    assert done.returncode == 3
-    assert "does not collect GPU utilisation per job (monitoring.components has no dcgm_exporter)" in done.stderr
+def test_idle_lists_a_job_whose_gpu_stays_idle(sandbox: Path) -> None:
+    """alice's job holds one GPU and leaves it idle: once it has been idle for monitoring.alerts.idle_for, `report
+    idle` lists the job with its user, account and GPU; the report changes nothing, so the job still runs."""
+    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--gres=gpu:1",
+              "--chdir=/tmp", "--output=/dev/null", "--wrap", shlex.quote("sleep 600")]  # fmt: skip
+    submitted = on_host("ctl01", *sbatch)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    try:
+        listed: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 240
+        while not listed and time.monotonic() < deadline:
+            time.sleep(10)
+            done = gpuinfra("report", "idle", str(SANDBOX_CLUSTER), "--json", timeout=600)
+            assert done.returncode == 0, done.stdout + done.stderr
+            listed = [j for j in json.loads(done.stdout)["jobs"] if j["job_id"] == job]
+        assert listed, f"job {job} not listed as idle within 240 s"
+        [found] = listed
+        assert (found["user"], found["account"], found["idle_gpus"]) == ("alice", "vision", 1), found
+        assert on_host("ctl01", "squeue", "--noheader", f"--jobs={job}", "--format=%T").stdout.strip() == "RUNNING"
+    finally:
+        on_host("ctl01", "scancel", job)
