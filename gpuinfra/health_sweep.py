@@ -5,11 +5,17 @@ The module fails an unhealthy node and returns its `problems`, each prefixed wit
 no check could fully look at with what it could not see (`unknown`); a node it passes has no failure. The verdict is
 read from that structured return, never from the failure's message. A node with emulated GPUs is judged by its own
 health program where that is installed (the role publishes the verdicts it took, `gpuinfra_health_verdicts`).
+
+On Slurm, the sweep also shows what the controller holds of each node (the gpu_admission role's report,
+`gpuinfra_fleet_state`): its drain and reason, its place in the admission gate and its last admission, and for each
+partition the nodes the health checks hold drained against the breaker's limit, so a node the breaker spared is
+named as such.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +34,47 @@ HEALTH_MODULES = frozenset({"gpuinfra.cluster.gpu_health", "gpu_health"})
 Status = Literal["healthy", "unhealthy", "unknown", "unreachable", "error", "not run", "emulated"]
 # What the gpu_health role publishes (set_stats): node -> the verdict its health program gave.
 JUDGED_STAT = "gpuinfra_health_verdicts"
+# What the gpu_admission role's report publishes: the Slurm controller's view of the nodes and the breaker.
+FLEET_STAT = "gpuinfra_fleet_state"
+REPORT_VAR = "gpuinfra_health_report"  # asks playbooks/health.yml for that report, which an apply goes without
+SLURM_BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+
+
+@dataclass(frozen=True)
+class InSlurm:
+    """What the Slurm controller holds of a node."""
+
+    state: str
+    """in service, drained, draining, down, reserved, or unknown to Slurm."""
+    reason: str = ""
+    admission: str = ""
+    """waiting (drained for the admission gate), checking (its check job in the gate's reservation), or empty."""
+    last_admission: dict[str, Any] | None = None
+    """The gate's history's last record of the node: time, verdict, reason, kind (gate or scheduled)."""
+    spared: bool = False
+    """Unhealthy, yet in service: a partition of its is at the breaker's limit."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "admission": self.admission,
+            "last_admission": self.last_admission,
+            "spared": self.spared,
+        }
+
+
+def slurm_state(flags: AbstractSet[str]) -> str:
+    """One word for scontrol's state flags (IDLE+DRAIN, MIXED+DRAIN, DOWN+NOT_RESPONDING, ...)."""
+    if not flags:
+        return "unknown to Slurm"
+    if flags & {"DOWN", "FAIL"}:
+        return "down"
+    if flags & {"DRAIN", "DRAINED", "DRAINING"}:
+        return "draining" if flags & SLURM_BUSY else "drained"
+    if flags & {"MAINT", "RESERVED"}:
+        return "reserved"
+    return "in service"
 
 
 @dataclass(frozen=True)
@@ -35,9 +82,12 @@ class NodeHealth:
     node: str
     status: Status
     problems: list[str] = field(default_factory=list)
+    slurm: InSlurm | None = None
+    """The controller's view, on Slurm clusters."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "status": self.status, "problems": self.problems}
+        slurm = self.slurm.as_dict() if self.slurm else None
+        return {"node": self.node, "status": self.status, "problems": self.problems, "slurm": slurm}
 
     @property
     def drain_reason(self) -> str:
@@ -74,8 +124,53 @@ def verdicts(result: RunResult, nodes: Sequence[str], emulated: Collection[str] 
 
 
 @dataclass(frozen=True)
+class Breaker:
+    """One partition's count of nodes the health checks hold drained, against the breaker's limit."""
+
+    partition: str
+    nodes: int
+    held: list[str]
+    limit: int
+
+    @property
+    def at_limit(self) -> bool:
+        return self.nodes > 0 and len(self.held) >= self.limit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "at_limit": self.at_limit}
+
+
+def fleet_view(report: Any, found: list[NodeHealth]) -> tuple[list[NodeHealth], list[Breaker]]:
+    """The verdicts with what the controller holds of each node, and the breakers of their partitions, from the
+    report's JSON (anything else in it is ignored: it is a host's answer)."""
+    if not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
+        return found, []
+    breakers = [
+        Breaker(str(b["partition"]), int(b["nodes"]), [str(n) for n in b["held"]], int(b["limit"]))
+        for b in report.get("breaker") or []
+        if isinstance(b, dict) and isinstance(b.get("held"), list) and {"partition", "nodes", "limit"} <= set(b)
+    ]
+    at_limit = {b.partition for b in breakers if b.at_limit}
+    out = []
+    for health in found:
+        seen = report["nodes"].get(health.node.split(".")[0])
+        if not isinstance(seen, dict):
+            out.append(health)
+            continue
+        state = slurm_state({str(f) for f in seen.get("state") or []})
+        partitions = {str(p) for p in seen.get("partitions") or []}
+        last = seen.get("last") if isinstance(seen.get("last"), dict) else None
+        spared = health.status == "unhealthy" and state == "in service" and bool(partitions & at_limit)
+        view = InSlurm(state, str(seen.get("reason") or ""), str(seen.get("admission") or ""), last, spared)
+        out.append(NodeHealth(health.node, health.status, health.problems, view))
+    return out, breakers
+
+
+@dataclass(frozen=True)
 class Sweep:
     nodes: list[NodeHealth]
+    breakers: list[Breaker] = field(default_factory=list)
+    """Per partition of the nodes (Slurm): the health checks' drains against the breaker's limit."""
     drained: dict[str, str] = field(default_factory=dict)
     """Node -> the reason it was drained with."""
     drain_errors: dict[str, str] = field(default_factory=dict)
@@ -97,6 +192,7 @@ class Sweep:
             "counts": {s: self.count(s) for s in sorted({h.status for h in self.nodes})},
             "drained": self.drained,
             "drain_errors": self.drain_errors,
+            "breakers": [b.as_dict() for b in self.breakers],
             "errors": self.errors,
         }
 
@@ -116,12 +212,13 @@ def sweep(
     nodes = matching(inventory, target_hosts(inventory, "gpu_nodes"), limit)
     if not nodes:
         raise Refused(f"no GPU node in cluster {loaded.model.name!r} matches")
-    options = RunOptions(playbook=HEALTH_PLAYBOOK, limit=",".join(nodes), extra_vars=extra)
+    options = RunOptions(playbook=HEALTH_PLAYBOOK, limit=",".join(nodes), extra_vars={**extra, REPORT_VAR: True})
     result = run_playbook(inventory, options, hosts=nodes, on_update=on_update)
     if result.outcome is Outcome.CANCELLED:
         raise Cancelled("interrupted")
     emulated = {h.name for h in loaded.resolved.hosts.values() if h.gpu_emulated}
-    found = Sweep(verdicts(result, nodes, emulated), errors=result.errors)
+    judged, breakers = fleet_view(result.artifacts.get(FLEET_STAT), verdicts(result, nodes, emulated))
+    found = Sweep(judged, breakers, errors=result.errors)
     if drain_unhealthy:
         slurm_nodes = set(target_hosts(inventory, "slurm_compute"))
         for health in found.nodes:

@@ -5,6 +5,7 @@ puts nodes back in service through the admission gate instead."""
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any, TextIO
 
 from ..admission import Admission, admit
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_sweep(out: TextIO, found: Sweep) -> None:
     print_table(out, found.nodes)
+    print_slurm(out, found)
     for node, reason in found.drained.items():
         out.write(f"drained {node} in Slurm: {reason}\n")
     for node, error in found.drain_errors.items():
@@ -89,6 +91,46 @@ OTHER_COUNTS: tuple[tuple[Status, str], ...] = (
     ("unknown", "unknown (a check could not look)"),
     ("emulated", "emulated (not checked)"),
 )
+
+
+def print_slurm(out: TextIO, found: Sweep) -> None:
+    """What the Slurm controller holds of each node (its drain, the admission gate, the breaker's sparing), then
+    each partition's breaker."""
+    seen = [h for h in found.nodes if h.slurm is not None]
+    if not seen:
+        return
+    width = max(len(h.node) for h in seen)
+    out.write("\nIn Slurm:\n")
+    for health in seen:
+        out.write(f"{health.node:<{width}}  {in_slurm(health)}\n")
+    for b in found.breakers:
+        held = f"{len(b.held)} of {b.nodes} node(s) drained by health checks" + (
+            f" ({', '.join(b.held)})" if b.held else ""
+        )
+        state = "at its limit: further unhealthy nodes stay in service, spared" if b.at_limit else "below it"
+        out.write(f"breaker of partition {b.partition}: {held}; limit {b.limit}, {state}\n")
+
+
+def in_slurm(health: NodeHealth) -> str:
+    view = health.slurm
+    assert view is not None
+    parts = [f"{view.state}" + (f" ({view.reason})" if view.reason else "")]
+    if view.spared:
+        parts.append("spared by the breaker: unhealthy, left in service")
+    if view.admission == "waiting":
+        parts.append("admission: waiting for its active checks")
+    elif view.admission == "checking":
+        parts.append("admission: its active checks are running")
+    last = view.last_admission
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(last.get("time", 0))))
+        kind = "scheduled check" if last.get("kind") == "scheduled" else "admission"
+        verdict = str(last.get("verdict", ""))
+        parts.append(
+            f"last {kind}: {verdict} at {when}"
+            + (f" ({last['reason']})" if verdict != "pass" and last.get("reason") else "")
+        )
+    return "; ".join(parts)
 
 
 def print_table(out: TextIO, found: list[NodeHealth]) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.breaker import drain_limit, held_by_health
 
 DOCUMENTATION = r"""
 module: gpu_admission
@@ -83,6 +84,18 @@ options:
         reservation (a run stopped while its check job ran).
     type: bool
     default: false
+  report:
+    description:
+      - Change nothing; return, for the health sweep, each node's state and drain reason in Slurm, its place in the
+        gate (C(waiting), C(checking) or none) and its last admission in the history, and for each of their
+        partitions but the check jobs' the nodes the health checks hold drained and the breaker's limit.
+    type: bool
+    default: false
+  max_drained:
+    description: >-
+      The breaker's limit for the report, a count or a percentage of a partition's nodes (health.check.max_drained).
+    type: str
+    default: "10%"
 author: gpuinfra maintainers
 """
 
@@ -107,6 +120,11 @@ results:
   description: Per node, the checks' verdict, reason, per-check figures and the seconds the admission took.
   type: dict
   returned: always
+report:
+  description: >-
+    With report, C(nodes) (per node C(state), C(reason), C(partitions), C(admission), C(last)) and C(breaker).
+  type: dict
+  returned: with report
 """
 
 ADMISSION = "gpuinfra: admission"
@@ -336,6 +354,70 @@ def waiting(gate: Gate, nodes: list[str]) -> list[str]:
     return found
 
 
+# The history is read from its end, this much of it: the last admission of each node is there on any real fleet.
+HISTORY_TAIL = 4 * 1024 * 1024
+
+
+def last_admissions(path: str) -> dict[str, dict[str, Any]]:
+    """Each node's last record in the admission history: its time, verdict, reason and kind (the gate's, or
+    `scheduled`). The file is the controller's own; a line that is not such a record is skipped."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - HISTORY_TAIL))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(record, dict)
+            and isinstance(record.get("node"), str)
+            and isinstance(record.get("time"), (int, float))
+        ):
+            found[record["node"]] = {
+                "time": record["time"],
+                "verdict": clean(str(record.get("verdict", ""))),
+                "reason": clean(str(record.get("reason") or "")),
+                "kind": "scheduled" if record.get("kind") == "scheduled" else "gate",
+            }
+    return found
+
+
+def report(gate: Gate, nodes: list[str], history: str, max_drained: str) -> dict[str, Any]:
+    """What the health sweep shows of each node beside its own verdict: Slurm's state and drain reason, its place in
+    the gate and its last admission; and each partition's count of nodes the health checks hold drained against the
+    breaker's limit (gpuinfra's own partition left out, as the health program leaves it out)."""
+    last = last_admissions(history)
+    found: dict[str, Any] = {}
+    partitions: set[str] = set()
+    for node in nodes:
+        state = gate.state(node)
+        if state is None:
+            found[node] = {"state": [], "reason": "", "partitions": [], "admission": "", "last": last.get(node)}
+            continue
+        place = "checking" if gate.reserved(node) else "waiting" if state.drained and state.reason == ADMISSION else ""
+        found[node] = {
+            "state": sorted(state.flags), "reason": clean(state.reason), "partitions": state.partitions,
+            "admission": place, "last": last.get(node),
+        }  # fmt: skip
+        partitions.update(p for p in state.partitions if p != gate.partition)
+    breaker = []
+    for partition in sorted(partitions):
+        rc, out, _ = gate.run(["sinfo", "--noheader", "--Node", f"--partition={partition}", "--format=%N|%T|%E"])
+        rows = {}
+        for line in out.splitlines() if rc == 0 else []:
+            name, flags, reason = [*line.split("|", 2), "", ""][:3]
+            rows[name] = held_by_health(flags, reason)
+        held = sorted(node for node, ours in rows.items() if ours)
+        limit = drain_limit(max_drained, len(rows)) if rows else 0
+        breaker.append({"partition": partition, "nodes": len(rows), "held": held, "limit": limit})
+    return {"nodes": found, "breaker": breaker}
+
+
 def admit(
     gate: Gate, nodes: list[str], poll: float, take_over: bool = False, clock: Callable[[], float] = time.monotonic
 ) -> list[Admission]:
@@ -405,7 +487,10 @@ def main() -> None:
             "history": {"type": "path", "default": "/var/lib/gpuinfra/admission/history.jsonl"},
             "poll": {"type": "float", "default": 1},
             "waiting": {"type": "bool", "default": False},
+            "report": {"type": "bool", "default": False},
+            "max_drained": {"type": "str", "default": "10%"},
         },
+        supports_check_mode=True,
     )
     params = module.params
     nodes = list(dict.fromkeys(params["nodes"]))
@@ -418,6 +503,10 @@ def main() -> None:
         return rc, out, err
 
     gate = Gate(run, params["program"], params["timeout"], params["partition"], params["qos"])
+    if params["report"]:
+        module.exit_json(changed=False, report=report(gate, nodes, params["history"], params["max_drained"]))
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="the gate runs checks as jobs: nothing to show in check mode")
     if params["waiting"]:
         nodes = waiting(gate, nodes)
         if not nodes:

@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import MARKS, ROOT, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api
@@ -459,6 +460,14 @@ def test_a_check_that_cannot_look_leaves_the_node_in_service_until_its_limit(
     wait_for("gpu02 resumed once its check could look", lambda: not drained(node("gpu02")[0]), one_interval)
 
 
+def _sweep() -> dict[str, Any]:
+    """`gpuinfra health --json`: each node's verdict with what the Slurm controller holds of it, and the breakers."""
+    done = gpuinfra("health", str(SANDBOX_CLUSTER), "--json", timeout=600)
+    assert done.stdout, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
 def _spared(host: str) -> bool:
     metrics = on_host(host, "cat", "/var/lib/prometheus/node-exporter/gpuinfra_health.prom").stdout
     return "gpuinfra_health_spared 1" in metrics.splitlines()
@@ -490,6 +499,16 @@ def test_a_fault_on_every_gpu_node_takes_at_most_the_limit_out(interval: int, on
         firing = f'query?query=ALERTS{{alertname="GpuHealthSpared",alertstate="firing",instance="{kept}"}}'
         fired = lambda: bool(prometheus_api(SANDBOX_CLUSTER, "https", firing)["result"])  # noqa: E731
         wait_for("GpuHealthSpared firing", fired, 180)
+        # The sweep shows what the nodes decided: the drained one with its reason, the kept one spared, and each
+        # partition's breaker at its limit.
+        doc = _sweep()
+        seen = {n["node"]: n for n in doc["nodes"]}
+        assert seen[out]["slurm"]["state"] == "drained", seen[out]
+        assert seen[out]["slurm"]["reason"] == "gpuinfra-health: 1 of 2 GPUs visible", seen[out]
+        assert (seen[kept]["status"], seen[kept]["slurm"]["state"], seen[kept]["slurm"]["spared"]) == (
+            "unhealthy", "in service", True), seen[kept]  # fmt: skip
+        vision = next(b for b in doc["breakers"] if b["partition"] == "vision")
+        assert (vision["held"], vision["limit"], vision["at_limit"]) == ([out], 1, True), doc["breakers"]
     finally:
         _restore()
     wait_for("both in service", lambda: not any(drained(node(h)[0]) for h in ("gpu01", "gpu02")), one_interval)
@@ -535,6 +554,10 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
         assert (refused["admitted"], refused["reason"]) == (False, floor), refused
         assert node("gpu02") == ("drained", floor)
         assert _job(job)[0] == "PENDING"
+        # The sweep shows the refusal the controller keeps: drained with the check's figure, the last admission failed.
+        [seen] = [n["slurm"] for n in _sweep()["nodes"] if n["node"] == "gpu02"]
+        assert (seen["state"], seen["reason"], seen["admission"]) == ("drained", floor, ""), seen
+        assert (seen["last_admission"]["verdict"], seen["last_admission"]["reason"]) == ("fail", floor), seen
 
         assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
         gate = _admit("gpu02")

@@ -130,8 +130,8 @@ def test_plan_diff_shows_exactly_the_artifacts_a_new_gpu_node_changes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One more GPU node: slurm.conf's node and partition lines, gres.conf's node list and one more node exporter
-    target; every other artifact (the driver's, the toolkit's, prometheus.yml, the alert rules...) stays as it
-    was."""
+    and DCGM exporter target; every other artifact (the driver's, the toolkit's, prometheus.yml, the alert
+    rules...) stays as it was."""
     sandbox = ROOT / "inventories" / "sandbox" / "cluster.yml"
     grown = tmp_path / "cluster.yml"
     grown.write_text(sandbox.read_text().replace("hosts: gpu[01-02]", "hosts: gpu[01-03]"))
@@ -139,7 +139,9 @@ def test_plan_diff_shows_exactly_the_artifacts_a_new_gpu_node_changes(
     doc = json.loads(capsys.readouterr().out)
     assert (doc["status"], doc["old"]) == ("ok", str(sandbox))
     changes = {c["path"]: c for c in doc["changes"]}
-    assert set(changes) == {"slurm/slurm.conf", "slurm/gres.conf", "monitoring/prometheus/targets/node.yml"}
+    targets = "monitoring/prometheus/targets"
+    wanted = {"slurm/slurm.conf", "slurm/gres.conf", f"{targets}/node.yml", f"{targets}/dcgm_exporter.yml"}
+    assert set(changes) == wanted
     assert all(c["status"] == "changed" for c in changes.values())
     assert "+NodeName=gpu[01-03] " in changes["slurm/slurm.conf"]["diff"]
     assert '+- targets: ["gpu03:9100"]' in changes["monitoring/prometheus/targets/node.yml"]["diff"]

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The module imports the collection's module_utils as Ansible lays them out: this checkout as gpuinfra.cluster.
+COLLECTIONS = Path(tempfile.mkdtemp(prefix="gpuinfra-collections-"))
+(COLLECTIONS / "ansible_collections" / "gpuinfra").mkdir(parents=True)
+(COLLECTIONS / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
+sys.path.insert(0, str(COLLECTIONS))
 SPEC = importlib.util.spec_from_file_location("gpu_admission", ROOT / "plugins" / "modules" / "gpu_admission.py")
 assert SPEC and SPEC.loader
 gate_module = importlib.util.module_from_spec(SPEC)
@@ -58,6 +64,10 @@ class Slurm:
             return 0, "RUNNING\n", ""
         if tool == "scancel":
             return 0, "", ""
+        if tool == "sinfo":  # --noheader --Node --partition=P --format=%N|%T|%E: every node is in each partition
+            rows = [f"{name}|{n.state.lower()}{'+drain' if n.drain else ''}|{n.reason or 'none'}"
+                    for name, n in self.nodes.items()]  # fmt: skip
+            return 0, "".join(f"{row}\n" for row in rows), ""
         if args[:2] == ["show", "node"]:
             if args[2] not in self.nodes:
                 return 1, "", f"Node {args[2]} not found"
@@ -263,3 +273,32 @@ def test_the_end_of_an_apply_admits_only_the_nodes_that_wait_for_it() -> None:
     assert gate_module.waiting(gate, [*slurm.nodes, "gpu99"]) == ["gpu02", "gpu03"]
     assert [a.verdict for a in admit(gate, ["gpu02", "gpu03"])] == ["pass", "pass"]
     assert gate_module.waiting(gate, list(slurm.nodes)) == []
+
+
+def test_the_report_shows_each_nodes_drain_its_admission_and_the_breaker(tmp_path: Path) -> None:
+    """Read-only: Slurm's state and reason, the gate's place (waiting, checking), the last admission from the
+    history (a line of junk and an older record skipped), and the partition's health drains against its limit."""
+    slurm = Slurm({
+        "gpu01": Node(drain=True, reason="gpuinfra-health: xid 79 on GPU 1: reboot"),
+        "gpu02": Node(drain=True, reason="gpuinfra: admission"),
+        "gpu03": Node(drain=True, reason="gpuinfra: admission"),
+        "gpu04": Node(),
+    }, reservations={"gpuinfra-admission-gpu03"})  # fmt: skip
+    history = tmp_path / "history.jsonl"
+    history.write_text(
+        '{"time": 100.0, "node": "gpu04", "verdict": "fail", "reason": "old"}\nnot json\n'
+        '{"time": 200.0, "node": "gpu04", "verdict": "pass", "reason": "passed", "kind": "scheduled"}\n'
+    )
+    calls_before = len(slurm.calls)
+    found = gate_module.report(Gate(slurm, PASSED), ["gpu01", "gpu02", "gpu03", "gpu04", "gpu09"], str(history), "25%")
+    nodes = found["nodes"]
+    assert (nodes["gpu01"]["state"], nodes["gpu01"]["reason"]) == (
+        ["DRAIN", "IDLE"],
+        "gpuinfra-health: xid 79 on GPU 1: reboot",
+    )
+    assert [nodes[n]["admission"] for n in ("gpu01", "gpu02", "gpu03", "gpu04")] == ["", "waiting", "checking", ""]
+    assert nodes["gpu04"]["last"] == {"time": 200.0, "verdict": "pass", "reason": "passed", "kind": "scheduled"}
+    assert nodes["gpu01"]["last"] is None and nodes["gpu09"]["state"] == []
+    assert found["breaker"] == [{"partition": "vision", "nodes": 4, "held": ["gpu01"], "limit": 1}]
+    # It changed nothing: only reads.
+    assert all(c[0] in ("sinfo", "squeue") or c[1] == "show" for c in slurm.calls[calls_before:])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuinfra.cli.health import _print_sweep, print_table
-from gpuinfra.health_sweep import HEALTH_PLAYBOOK, JUDGED_STAT, NodeHealth, Sweep, verdicts
+from gpuinfra.health_sweep import HEALTH_PLAYBOOK, JUDGED_STAT, NodeHealth, Sweep, fleet_view, verdicts
 from gpuinfra.progress import Failure, HostStats
 from gpuinfra.run import Outcome, RunOptions, RunResult, run_playbook
 
@@ -85,6 +85,49 @@ def test_the_sweep_shows_what_each_node_decided() -> None:
     assert out.getvalue().splitlines()[-1] == (
         "1 of 3 GPU node(s) healthy, 1 unknown (a check could not look), 1 emulated (not checked)"
     )
+
+
+def test_the_sweep_shows_what_the_controller_holds_the_admission_and_the_breaker() -> None:
+    """The gpu_admission role's report: gpu01 drained by its health check (the partition at its limit of 1), gpu02
+    unhealthy yet in service (spared), gpu03 waiting for its admission, gpu04 with its last scheduled check; what is
+    not the report's shape is left out."""
+    report = {
+        "nodes": {
+            "gpu01": {"state": ["IDLE", "DRAIN"], "reason": "gpuinfra-health: xid 79 on GPU 1: reboot",
+                      "partitions": ["vision", "gpuinfra"], "admission": "", "last": None},
+            "gpu02": {"state": ["MIXED"], "reason": "", "partitions": ["vision"], "admission": "", "last": None},
+            "gpu03": {"state": ["IDLE", "DRAIN"], "reason": "gpuinfra: admission", "partitions": ["vision"],
+                      "admission": "waiting", "last": None},
+            "gpu04": {"state": ["IDLE"], "reason": "", "partitions": ["vision"], "admission": "", "last": {
+                "time": 1796630400.0, "verdict": "fail", "reason": "dcgm diag failed", "kind": "scheduled"}},
+        },
+        "breaker": [{"partition": "vision", "nodes": 4, "held": ["gpu01"], "limit": 1}, "junk"],
+    }  # fmt: skip
+    judged = [NodeHealth("gpu01", "unhealthy", ["GPU 1: XID 79"]), NodeHealth("gpu02", "unhealthy", ["GPU 0: hot"]),
+              NodeHealth("gpu03", "healthy"), NodeHealth("gpu04", "healthy"),
+              NodeHealth("gpu05", "healthy")]  # fmt: skip
+    found, breakers = fleet_view(report, judged)
+    assert [h.slurm.state if h.slurm else None for h in found] == [
+        "drained",
+        "in service",
+        "drained",
+        "in service",
+        None,
+    ]
+    assert [h.slurm.spared for h in found if h.slurm] == [False, True, False, False]
+    assert [b.as_dict() for b in breakers] == [
+        {"partition": "vision", "nodes": 4, "held": ["gpu01"], "limit": 1, "at_limit": True}
+    ]
+    out = io.StringIO()
+    _print_sweep(out, Sweep(found, breakers))
+    text = out.getvalue()
+    assert "gpu01  drained (gpuinfra-health: xid 79 on GPU 1: reboot)\n" in text
+    assert "gpu02  in service; spared by the breaker: unhealthy, left in service\n" in text
+    assert "gpu03  drained (gpuinfra: admission); admission: waiting for its active checks\n" in text
+    assert "gpu04  in service; last scheduled check: fail at 2026-12-07 08:00 UTC (dcgm diag failed)\n" in text
+    assert "breaker of partition vision: 1 of 4 node(s) drained by health checks (gpu01); limit 1, at its limit" in text
+    assert Sweep(found, breakers).as_dict()["nodes"][1]["slurm"]["spared"] is True
+    assert fleet_view("not a report", judged) == (judged, [])
 
 
 def test_table_lists_every_problem_under_its_node() -> None:

@@ -101,7 +101,7 @@ CASES: dict[str, dict[str, Any]] = {
                     "GpuApplicationXid",
                     "warning",
                     **gpu_labels("gpu01", "1", hpc_job="101", user="alice", account="vision"),
-                ),  # fmt: skip
+                ),
             ],
         },
     },

@@ -33,6 +33,7 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_admission_timeout": duration_seconds(admission.timeout),
         "gpu_admission_partition": CHECKS_PARTITION,
         "gpu_admission_qos": CHECKS_QOS if CHECKS_QOS in own else "",
+        "gpu_admission_max_drained": str(rc.model.health.check.max_drained),
         "gpu_scheduled_checks_enabled": scheduled,
         "gpu_scheduled_checks_every": duration_seconds(admission.every) if scheduled and admission.every else 0,
         "gpu_scheduled_checks_timeout": duration_seconds(admission.timeout),

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 FOLDER = "/var/lib/gpuinfra-sandbox"
@@ -75,7 +76,7 @@ def ecc(kind: str, correctable: bool) -> list[str]:
 # The counter of the last XID, which the kernel log answers; each other counter the stand-in can answer, from one
 # GPU's nvidia-smi answer.
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
-FIELDS = {
+FIELDS: dict[str, Callable[[ET.Element], float | None]] = {
     "DCGM_FI_DEV_GPU_TEMP": lambda g: number(g, "temperature/gpu_temp"),
     "DCGM_FI_DEV_MEMORY_TEMP": lambda g: number(g, "temperature/memory_temp"),
     "DCGM_FI_DEV_POWER_USAGE": lambda g: number(g, "gpu_power_readings/instant_power_draw"),

@@ -4,7 +4,7 @@
 Slurm runs it as HealthCheckProgram; on Kubernetes a systemd timer runs it. It reads the node with the same code as
 the gpu_health Ansible module (node_probe and nvidia_smi, installed beside it), then:
 - unhealthy: drains the node in Slurm, or taints it NoSchedule in Kubernetes, with a reason that starts with
-  REASON_PREFIX;
+  HEALTH_REASON_PREFIX;
 - healthy: resumes the node, or removes the taint, only when the drain or taint is its own (the reason carries the
   prefix). A node an admin or an upgrade drained stays drained.
 
@@ -56,7 +56,6 @@ LIBRARY = "/usr/local/lib/gpuinfra"
 CONFIG = "/etc/gpuinfra/health.json"
 STATE = "/var/lib/gpuinfra-health/state.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-REASON_PREFIX = "gpuinfra-health:"
 ACTIVE_RESULT_BYTES = 1024 * 1024  # gpuinfra-active-checks' last result: it writes a few KiB
 TAINT_KEY = "gpuinfra.io/gpu-unhealthy"
 REASON_ANNOTATION = "gpuinfra.io/gpu-unhealthy-reason"
@@ -73,6 +72,7 @@ REASON_LENGTH = 120
 
 sys.path.insert(0, LIBRARY)
 from gpuinfra_node import active_checks  # noqa: E402
+from gpuinfra_node.breaker import HEALTH_REASON_PREFIX, drain_limit, held_by_health  # noqa: E402
 from gpuinfra_node.node_probe import (  # noqa: E402
     PACKAGE_LOCK_LIMIT,
     KernelLog,
@@ -242,7 +242,7 @@ def drain_reason(verdict: dict[str, Any], xids: Sequence[dict[str, Any]], gpu_in
 
 def reason_text(what: str) -> str:
     """The prefix and `what` on one line, cut to REASON_LENGTH."""
-    text = " ".join(f"{REASON_PREFIX} {what}".split())
+    text = " ".join(f"{HEALTH_REASON_PREFIX} {what}".split())
     return text if len(text) <= REASON_LENGTH else text[: REASON_LENGTH - 3] + "..."
 
 
@@ -271,7 +271,7 @@ def slurm_act(name: str, healthy: bool, reason: str, breaker: Breaker | None = N
     `breaker`, a drain that would take more of a partition out than its limit is not made, or is undone (see
     Breaker); the action then starts with SPARED."""
     flags, current, partitions = slurm_node(name)
-    ours = current.startswith(REASON_PREFIX)
+    ours = current.startswith(HEALTH_REASON_PREFIX)
     drained = bool(flags & DRAIN_FLAGS)
     held = sorted(flags & HELD_STATES)
     if held or (drained and not ours):
@@ -309,17 +309,9 @@ def scontrol_update(name: str, *settings: str) -> None:
 SPARED = "spared by the breaker"
 
 
-def drain_limit(value: Any, nodes: int) -> int:
-    """`max_drained`: a count, or a percentage of the partition's nodes rounded down; never below one."""
-    text = str(value).strip()
-    if text.endswith("%"):
-        return max(1, int(nodes * int(text[:-1]) // 100))
-    return max(1, int(text))
-
-
 class Breaker:
-    """The limit on nodes drained by health checks (a reason with REASON_PREFIX), per Slurm partition, counted from
-    slurmctld's own state: the nodes need no coordination among themselves. A fault on every node at once (a bad
+    """The limit on nodes drained by health checks (a reason with HEALTH_REASON_PREFIX), per Slurm partition, counted
+    from slurmctld's own state: the nodes need no coordination among themselves. A fault on every node at once (a bad
     driver pin, a log format that changed) takes at most the limit out of each partition; the others stay in
     service, unhealthy, and say so (SPARED)."""
 
@@ -335,8 +327,7 @@ class Breaker:
         rows = {}
         for line in out.splitlines():
             node, state, since, reason = [*line.split("|", 3), "", "", ""][:4]
-            ours = "drain" in state.lower() and reason.startswith(REASON_PREFIX)
-            rows[node] = (node, ours, since)
+            rows[node] = (node, held_by_health(state, reason), since)
         return list(rows.values())
 
     def full(self, name: str, partitions: Sequence[str]) -> str:
@@ -481,7 +472,7 @@ def _status_message(error: urllib.error.HTTPError) -> str:
 
 def taint_value(reason: str) -> str:
     """A taint value is a label value: at most 63 of [A-Za-z0-9_.-]. `xid-79-on-GPU-1`."""
-    words = re.sub(r"[^A-Za-z0-9_.-]+", "-", reason[len(REASON_PREFIX) :]).strip("-_.")
+    words = re.sub(r"[^A-Za-z0-9_.-]+", "-", reason[len(HEALTH_REASON_PREFIX) :]).strip("-_.")
     return words[:63].rstrip("-_.") or "unhealthy"
 
 
