@@ -661,3 +661,50 @@ def test_scheduled_checks_take_only_idle_nodes_and_yield_to_any_user_job(interva
         on_host("ctl01", "scancel", "--name=gpuinfra-scheduled-check")
         on_host("ctl01", "rm", "-f", *(f"{SCHEDULED_TEST}.{end}" for end in ("json", "state", "jsonl")))
         _restore()
+
+
+def test_a_drain_cancels_a_scheduled_check_rather_than_wait_for_it(interval: int) -> None:
+    """gpu02's scheduled check is slow (a DCGM level 2's two minutes) and alice's job runs on gpu01. The drain an
+    upgrade makes of both (playbooks/drain.yml, waiting for their jobs, as node_drain does in an upgrade) cancels
+    the check job, whose QoS any user job preempts, and drains gpu02 at once; gpu01 stays draining for alice's job,
+    which is never touched."""
+    from gpuinfra.render.inventory import inventory_yaml
+    from gpuinfra.run import Outcome, RunOptions, run_playbook
+
+    _restore()
+    installed = json.loads(on_host("ctl01", "cat", "/etc/gpuinfra/scheduled-checks.json").stdout)
+    settings = json.dumps({**installed, "every": 1, "history": f"{SCHEDULED_TEST}.jsonl"})
+    written = on_host("ctl01", "sh", "-c", shlex.quote(f"echo {shlex.quote(settings)} > {SCHEDULED_TEST}.json"))
+    assert written.returncode == 0, written.stderr
+    reason = "gpuinfra: maintenance (test)"
+    alices = ""
+    try:
+        alices = _alice("gpu01", "sleep 600")
+        wait_for("alice's job on gpu01", lambda: _job(alices)[0] == "RUNNING", 60)
+        assert on_host("gpu02", SWITCH, "--checks", "dcgm-slow").returncode == 0
+        started = _scheduled_pass()
+        assert list(started) == ["gpu02"], started
+        check = started["gpu02"]
+        wait_for("the check job running", lambda: _job(check)[0] == "RUNNING", 60)
+        inventory = inventory_yaml(load_cluster(SANDBOX_CLUSTER).resolved)
+        drain = {"node_drain_reason": reason, "node_drain_wait": True, "node_drain_timeout": 60, "node_drain_poll": 2}
+        result = run_playbook(
+            inventory, RunOptions(playbook="drain.yml", limit="gpu02", extra_vars=drain), hosts=["gpu02"]
+        )
+        assert result.outcome in (Outcome.OK, Outcome.CHANGED), result.failures or result.errors
+        assert _job(check)[0].split()[0] == "CANCELLED", _job(check)
+        assert node("gpu02") == ("drained", reason), node("gpu02")
+        # A user's job is waited for, never cancelled: gpu01 is still draining, alice's job running.
+        options = RunOptions(playbook="drain.yml", limit="gpu01", extra_vars={**drain, "node_drain_wait": False})
+        result = run_playbook(inventory, options, hosts=["gpu01"])
+        assert result.outcome in (Outcome.OK, Outcome.CHANGED), result.failures or result.errors
+        assert (node("gpu01")[0], _job(alices)[0]) == ("draining", "RUNNING"), (node("gpu01"), _job(alices))
+    finally:
+        on_host("gpu02", SWITCH, "--checks", "pass")
+        if alices:
+            on_host("ctl01", "scancel", alices)
+        on_host("ctl01", "scancel", "--name=gpuinfra-scheduled-check")
+        on_host("ctl01", "rm", "-f", *(f"{SCHEDULED_TEST}.{end}" for end in ("json", "state", "jsonl")))
+        for host in ("gpu01", "gpu02"):
+            on_host("ctl01", "scontrol", "update", f"NodeName={host}", "State=RESUME")
+        _restore()

@@ -39,6 +39,8 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_scheduled_checks_timeout": duration_seconds(admission.timeout),
         "gpu_scheduled_checks_partition": CHECKS_PARTITION,
         "gpu_scheduled_checks_qos": IDLE_CHECKS_QOS,
+        # A drain (an upgrade's, a kernel update's) cancels the scheduled checks' jobs rather than wait for them.
+        "node_drain_yield_qos": IDLE_CHECKS_QOS if scheduled else "",
     }
 
 
