@@ -9,7 +9,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,20 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# The module imports the collection's module_utils as Ansible lays them out: this checkout as gpuinfra.cluster.
-COLLECTIONS = Path(tempfile.mkdtemp(prefix="gpuinfra-collections-"))
-(COLLECTIONS / "ansible_collections" / "gpuinfra").mkdir(parents=True)
-(COLLECTIONS / "ansible_collections" / "gpuinfra" / "cluster").symlink_to(ROOT)
-sys.path.insert(0, str(COLLECTIONS))
+# The module imports the collection's module_utils as Ansible lays them out; that one module is loaded from this
+# checkout under its full name for the import, and taken out again, so Ansible's own collection loader (other tests
+# run it in this process) never meets a half-made gpuinfra.cluster package.
+BREAKER = "ansible_collections.gpuinfra.cluster.plugins.module_utils.breaker"
+_BREAKER_SPEC = importlib.util.spec_from_file_location(BREAKER, ROOT / "plugins" / "module_utils" / "breaker.py")
+assert _BREAKER_SPEC and _BREAKER_SPEC.loader
+sys.modules[BREAKER] = importlib.util.module_from_spec(_BREAKER_SPEC)
+_BREAKER_SPEC.loader.exec_module(sys.modules[BREAKER])
 SPEC = importlib.util.spec_from_file_location("gpu_admission", ROOT / "plugins" / "modules" / "gpu_admission.py")
 assert SPEC and SPEC.loader
 gate_module = importlib.util.module_from_spec(SPEC)
 sys.modules["gpu_admission"] = gate_module  # its dataclasses look their module up
 SPEC.loader.exec_module(gate_module)
+del sys.modules[BREAKER]
 
 PASSED = {"verdict": "pass", "reason": "gpuinfra admission: passed dcgm diag -r 2 passed (software)", "checks": []}
 SLOW = {

@@ -17,6 +17,19 @@ from gpuinfra.report.sacct import SEPARATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = str(ROOT / "inventories" / "sandbox" / "cluster.yml")
+WITH_DCGM = "components: [node_exporter, dcgm_exporter, prometheus, alertmanager]"
+
+
+@pytest.fixture
+def without_dcgm(tmp_path: Path) -> str:
+    """The sandbox's cluster file without the DCGM exporter."""
+    text = Path(SANDBOX).read_text()
+    assert WITH_DCGM in text
+    path = tmp_path / "cluster.yml"
+    path.write_text(text.replace(WITH_DCGM, "components: [node_exporter, prometheus, alertmanager]"))
+    return str(path)
+
+
 SLURM_SMALL = str(ROOT / "inventories" / "slurm-small" / "cluster.yml")
 K8S = str(ROOT / "inventories" / "k8s-mig" / "cluster.yml")
 
@@ -42,8 +55,8 @@ def test_report_is_a_verb_with_two_reports(capsys: pytest.CaptureFixture[str]) -
     assert "usage" in out and "idle" in out
 
 
-def test_idle_without_dcgm_metrics_says_so_and_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", "idle", SANDBOX]) == 3
+def test_idle_without_dcgm_metrics_says_so_and_exits_3(without_dcgm: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "idle", without_dcgm]) == 3
     err = capsys.readouterr().err
     assert "does not collect GPU utilisation per job (monitoring.components has no dcgm_exporter)" in err
 
@@ -65,7 +78,7 @@ def test_json_and_csv_exclude_each_other() -> None:
 
 
 def test_usage_without_dcgm_reports_gpu_hours_and_no_utilisation(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    without_dcgm: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asked: dict[str, Any] = {}
 
@@ -74,7 +87,7 @@ def test_usage_without_dcgm_reports_gpu_hours_and_no_utilisation(
         return Collected(_sacct_now())
 
     monkeypatch.setattr(reports, "collect", read)
-    assert main(["report", "usage", SANDBOX, "--json"]) == 0
+    assert main(["report", "usage", without_dcgm, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert asked == {"slurm": "sacct", "queries": []}
     reason = "not collected (monitoring.components has no dcgm_exporter)"
