@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import Cancelled, Refused
@@ -55,13 +55,7 @@ class InSlurm:
     """Unhealthy, yet in service: a partition of its is at the breaker's limit."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "reason": self.reason,
-            "admission": self.admission,
-            "last_admission": self.last_admission,
-            "spared": self.spared,
-        }
+        return asdict(self)
 
 
 def slurm_state(flags: AbstractSet[str]) -> str:
@@ -137,7 +131,7 @@ class Breaker:
         return self.nodes > 0 and len(self.held) >= self.limit
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "at_limit": self.at_limit}
+        return {**asdict(self), "at_limit": self.at_limit}
 
 
 def fleet_view(report: Any, found: list[NodeHealth]) -> tuple[list[NodeHealth], list[Breaker]]:
@@ -146,9 +140,12 @@ def fleet_view(report: Any, found: list[NodeHealth]) -> tuple[list[NodeHealth], 
     if not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
         return found, []
     breakers = [
-        Breaker(str(b["partition"]), int(b["nodes"]), [str(n) for n in b["held"]], int(b["limit"]))
+        Breaker(str(b.get("partition")), b["nodes"], [str(n) for n in b["held"]], b["limit"])
         for b in report.get("breaker") or []
-        if isinstance(b, dict) and isinstance(b.get("held"), list) and {"partition", "nodes", "limit"} <= set(b)
+        if isinstance(b, dict)
+        and isinstance(b.get("held"), list)
+        and isinstance(b.get("nodes"), int)
+        and isinstance(b.get("limit"), int)
     ]
     at_limit = {b.partition for b in breakers if b.at_limit}
     out = []
@@ -159,7 +156,8 @@ def fleet_view(report: Any, found: list[NodeHealth]) -> tuple[list[NodeHealth], 
             continue
         state = slurm_state({str(f) for f in seen.get("state") or []})
         partitions = {str(p) for p in seen.get("partitions") or []}
-        last = seen.get("last") if isinstance(seen.get("last"), dict) else None
+        last = seen.get("last")
+        last = last if isinstance(last, dict) and isinstance(last.get("time"), (int, float)) else None
         spared = health.status == "unhealthy" and state == "in service" and bool(partitions & at_limit)
         view = InSlurm(state, str(seen.get("reason") or ""), str(seen.get("admission") or ""), last, spared)
         out.append(NodeHealth(health.node, health.status, health.problems, view))
