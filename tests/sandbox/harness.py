@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -65,6 +66,14 @@ def plain_playbook(cluster: Path, folder: Path, *args: str) -> dict[str, tuple[i
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stats = json.loads(done.stdout)["stats"]
     return {host: (s["changed"], s["failures"], s["unreachable"]) for host, s in stats.items()}
+
+
+def sbatch(user: str, *options: str, command: str) -> str:
+    """A batch job of `user` (sbatch's `options`, then `command` as its script), submitted on ctl01: its id."""
+    argv = ["runuser", "-u", user, "--", "sbatch", "--parsable", *options, "--wrap", shlex.quote(command)]
+    submitted = on_host("ctl01", *argv)
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip()
 
 
 def on_host(host: str, *command: str, cluster: Path = SANDBOX_CLUSTER) -> subprocess.CompletedProcess[str]:

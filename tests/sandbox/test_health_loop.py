@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import MARKS, ROOT, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api
+from harness import MARKS, ROOT, SANDBOX_CLUSTER, converged, gpuinfra, on_host, prometheus_api, sbatch
 
 from gpuinfra.model.grammar import duration_seconds
 from gpuinfra.render.vars.health import EMULATED_KERNEL_LOG
@@ -210,11 +210,8 @@ def test_a_job_never_starts_on_a_node_that_broke_since_the_last_check(interval: 
     drain = ["scontrol", "update", "NodeName=gpu01", "State=DRAIN", f"Reason={shlex.quote(ADMIN_REASON)}"]
     assert on_host("ctl01", *drain).returncode == 0
     assert on_host("gpu02", SWITCH, "gpu-missing").returncode == 0
-    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--gres=gpu:1",
-              "--chdir=/tmp", "--output=/tmp/job-%j.out", "--wrap", shlex.quote("hostname")]  # fmt: skip
-    submitted = on_host("ctl01", *sbatch)
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip()
+    job = sbatch("alice", "--partition=vision", "--gres=gpu:1", "--chdir=/tmp", "--output=/tmp/job-%j.out",
+                 command="hostname")  # fmt: skip
     try:
         wait_for("gpu02 drained", lambda: drained(node("gpu02")[0]), 2 * interval)
         assert node("gpu02")[1] == "gpuinfra-health: 1 of 2 GPUs visible"
@@ -287,11 +284,8 @@ REPEATED_REASON = "gpuinfra-health: XID 13 from 3 different jobs on GPU 1 within
 def _job_on_gpu02(*options: str) -> tuple[str, int]:
     """A job of alice's running `sleep` on gpu02 (with sbatch's `options`): its id, and the pid slurmd lists for its
     process."""
-    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--nodelist=gpu02",
-              "--chdir=/tmp", "--output=/dev/null", *options, "--wrap", shlex.quote("exec sleep 600")]  # fmt: skip
-    submitted = on_host("ctl01", *sbatch)
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip()
+    job = sbatch("alice", "--partition=vision", "--nodelist=gpu02", "--chdir=/tmp", "--output=/dev/null", *options,
+                 command="exec sleep 600")  # fmt: skip
     find = (f"for p in $(scontrol listpids {job} | awk 'NR > 1 {{print $1}}'); do "
             '[ "$(cat /proc/$p/comm 2>/dev/null)" = sleep ] && echo $p; done; true')  # fmt: skip
     pids: list[str] = []
@@ -536,17 +530,13 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
     _restore()
     history = "/var/lib/gpuinfra/admission/history.jsonl"
     before = len(on_host("ctl01", "cat", history).stdout.splitlines())
-    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--nodelist=gpu02",
-              "--chdir=/tmp", "--wrap", shlex.quote("hostname")]  # fmt: skip
     job = ""
     try:
         assert on_host("gpu02", SWITCH, "--checks", "nccl-fail").returncode == 0
         gate = _admit("gpu02")
         wait_for("gpu02 in admission", lambda: node("gpu02")[1] == "gpuinfra: admission" or gate.poll() is not None,
                  120)  # fmt: skip
-        submitted = on_host("ctl01", *sbatch)
-        assert submitted.returncode == 0, submitted.stderr
-        job = submitted.stdout.strip()
+        job = sbatch("alice", "--partition=vision", "--nodelist=gpu02", "--chdir=/tmp", command="hostname")
         out, err = gate.communicate(timeout=300)
         assert gate.returncode == 1, out + err
         [refused] = json.loads(out)["admissions"]
@@ -594,11 +584,7 @@ def _scheduled_pass() -> dict[str, str]:
 
 
 def _alice(node: str, command: str) -> str:
-    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--chdir=/tmp",
-              "--gres=gpu:1", f"--nodelist={node}", "--wrap", shlex.quote(command)]  # fmt: skip
-    done = on_host("ctl01", *sbatch)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return sbatch("alice", "--partition=vision", "--chdir=/tmp", "--gres=gpu:1", f"--nodelist={node}", command=command)
 
 
 def test_scheduled_checks_take_only_idle_nodes_and_yield_to_any_user_job(interval: int, one_interval: float) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host
+from harness import MARKS, SANDBOX_CLUSTER, converged, gpuinfra, on_host, sbatch
 
 # (user, account, srun options, seconds of sleep): jobs that hold 1, 2 (across both nodes) and 2 GPUs; the last one
 # long enough for Prometheus (every 10 s) to scrape its GPUs more than once.
@@ -137,11 +137,9 @@ def test_usage_gives_the_utilisation_of_each_jobs_gpus(jobs: tuple[str, list[dic
 def test_idle_lists_a_job_whose_gpu_stays_idle(sandbox: Path) -> None:
     """alice's job holds one GPU and leaves it idle: once it has been idle for monitoring.alerts.idle_for, `report
     idle` lists the job with its user, account and GPU; the report changes nothing, so the job still runs."""
-    sbatch = ["runuser", "-u", "alice", "--", "sbatch", "--parsable", "--partition=vision", "--gres=gpu:1",
-              "--chdir=/tmp", "--output=/dev/null", "--wrap", shlex.quote("sleep 600")]  # fmt: skip
-    submitted = on_host("ctl01", *sbatch)
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip()
+    job = sbatch(
+        "alice", "--partition=vision", "--gres=gpu:1", "--chdir=/tmp", "--output=/dev/null", command="sleep 600"
+    )
     try:
         listed: list[dict[str, Any]] = []
         deadline = time.monotonic() + 240
