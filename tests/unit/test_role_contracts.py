@@ -87,6 +87,11 @@ EXCEPTIONS: dict[str, str] = {
     "prometheus_alert_idle_allocated_labels": (
         "follows the file's orchestrator (hpc_job with Slurm, pod with Kubernetes); a role on its own assumes none"
     ),
+    "prometheus_application_xids": (
+        "NVIDIA's XID catalog with the site's classes, which gpuinfra holds; a role on its own raises one alert for "
+        "every XID, GpuXidError"
+    ),
+    "prometheus_ignored_xids": "the catalog's ignored XIDs, as above; a role on its own ignores none",
     "gpu_health_expected_pci_ids": "the GPU model's, from the node group; a role on its own knows no model",
     "gpu_health_nccl_floor": "the GPU model's floor, from the catalog; a role on its own knows no model",
     "gpu_health_host_floor": "the GPU model's floor, from the catalog; a role on its own knows no model",
