@@ -6,8 +6,8 @@ no check could fully look at with what it could not see (`unknown`); a node it p
 read from that structured return, never from the failure's message. A node with emulated GPUs is judged by its own
 health program where that is installed (the role publishes the verdicts it took, `gpuinfra_health_verdicts`).
 
-On Slurm, the sweep also shows what the controller holds of each node (the gpu_admission role's report,
-`gpuinfra_fleet_state`): its drain and reason, its place in the admission gate and its last admission, and for each
+On Slurm, the sweep (playbooks/sweep.yml) also shows what the controller holds of each node (the gpu_admission
+role's report, `gpuinfra_fleet_state`): its drain and reason, its place in the admission gate and its last admission, and for each
 partition the nodes the health checks hold drained against the breaker's limit, so a node the breaker spared is
 named as such.
 """
@@ -26,6 +26,8 @@ from .targets import matching, target_hosts
 from .validate.load import LoadedCluster
 
 HEALTH_PLAYBOOK = "health.yml"
+# The sweep's own: the controller's report of the nodes, then health.yml (which an apply imports alone).
+SWEEP_PLAYBOOK = "sweep.yml"
 DRAIN_PLAYBOOK = "drain.yml"
 DRAIN_REASON_PREFIX = "gpuinfra health: "
 
@@ -36,7 +38,6 @@ Status = Literal["healthy", "unhealthy", "unknown", "unreachable", "error", "not
 JUDGED_STAT = "gpuinfra_health_verdicts"
 # What the gpu_admission role's report publishes: the Slurm controller's view of the nodes and the breaker.
 FLEET_STAT = "gpuinfra_fleet_state"
-REPORT_VAR = "gpuinfra_health_report"  # asks playbooks/health.yml for that report, which an apply goes without
 SLURM_BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 
@@ -210,7 +211,7 @@ def sweep(
     nodes = matching(inventory, target_hosts(inventory, "gpu_nodes"), limit)
     if not nodes:
         raise Refused(f"no GPU node in cluster {loaded.model.name!r} matches")
-    options = RunOptions(playbook=HEALTH_PLAYBOOK, limit=",".join(nodes), extra_vars={**extra, REPORT_VAR: True})
+    options = RunOptions(playbook=SWEEP_PLAYBOOK, limit=",".join(nodes), extra_vars=extra)
     result = run_playbook(inventory, options, hosts=nodes, on_update=on_update)
     if result.outcome is Outcome.CANCELLED:
         raise Cancelled("interrupted")

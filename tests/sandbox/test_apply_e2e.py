@@ -216,7 +216,8 @@ def test_a_template_in_a_value_is_written_literally_and_runs_nothing(sandbox: Pa
     loaded = load_cluster(sandbox)
     mon = loaded.model.monitoring
     receiver = mon.receivers["local"].model_copy(update={"url": url})
-    model = loaded.model.model_copy(update={"monitoring": mon.model_copy(update={"receivers": {"local": receiver}})})
+    receivers = {**mon.receivers, "local": receiver}
+    model = loaded.model.model_copy(update={"monitoring": mon.model_copy(update={"receivers": receivers})})
     tampered = dataclasses.replace(loaded, resolved=dataclasses.replace(loaded.resolved, model=model))
     playbook = RunOptions(playbook=ROOT / "tests" / "sandbox" / "playbooks" / "alertmanager.yml")
     try:
