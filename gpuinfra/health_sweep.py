@@ -7,9 +7,9 @@ read from that structured return, never from the failure's message. A node with 
 health program where that is installed (the role publishes the verdicts it took, `gpuinfra_health_verdicts`).
 
 On Slurm, the sweep (playbooks/sweep.yml) also shows what the controller holds of each node (the gpu_admission
-role's report, `gpuinfra_fleet_state`): its drain and reason, its place in the admission gate and its last admission, and for each
-partition the nodes the health checks hold drained against the breaker's limit, so a node the breaker spared is
-named as such.
+role's report, `gpuinfra_fleet_state`): its drain and reason, its place in the admission gate and its last
+admission, and for each partition the nodes the health checks hold drained against the breaker's limit, so a node
+the breaker spared is named as such.
 """
 
 from __future__ import annotations
