@@ -544,10 +544,6 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
         assert (refused["admitted"], refused["reason"]) == (False, floor), refused
         assert node("gpu02") == ("drained", floor)
         assert _job(job)[0] == "PENDING"
-        # The sweep shows the refusal the controller keeps: drained with the check's figure, the last admission failed.
-        [seen] = [n["slurm"] for n in _sweep()["nodes"] if n["node"] == "gpu02"]
-        assert (seen["state"], seen["reason"], seen["admission"]) == ("drained", floor, ""), seen
-        assert (seen["last_admission"]["verdict"], seen["last_admission"]["reason"]) == ("fail", floor), seen
 
         assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
         gate = _admit("gpu02")
