@@ -160,25 +160,26 @@ def metrics(wanted: list[tuple[str, str, str]], mapping: str) -> str:
     gpus = ET.parse(os.path.join(HERE, f"{name}.xml")).getroot().findall("gpu")
     xids = last_xids(since)
     host = os.uname().nodename
+    # Each GPU's label sets (one per job that holds it) and last XID, read once for all its counters.
+    per_gpu = []
+    for gpu in gpus:
+        index = gpu.findtext("minor_number", "0")
+        bus = gpu.findtext("pci/pci_bus_id", "")
+        labels = (f'gpu="{index}",UUID="{label(gpu.findtext("uuid", ""))}",pci_bus_id="{label(bus)}",'
+                  f'device="nvidia{index}",modelName="{label(gpu.findtext("product_name", ""))}",'
+                  f'Hostname="{label(host)}"')  # fmt: skip
+        sets = [labels + (f',hpc_job="{label(job)}"' if job else "") for job in jobs(mapping, index) or [""]]
+        per_gpu.append((gpu, xids.get((int(bus[4:8], 16), int(bus[9:11], 16)), 0), sets))
     lines = []
     for field, kind, text in wanted:
         read = FIELDS.get(field)
         if read is None and field != XID_FIELD:
             continue
         lines += [f"# HELP {field} {text}", f"# TYPE {field} {kind}"]
-        for gpu in gpus:
-            index = gpu.findtext("minor_number", "0")
-            bus = gpu.findtext("pci/pci_bus_id", "")
-            domain, bus_number = int(bus[4:8], 16), int(bus[9:11], 16)
-            value = read(gpu) if read is not None else xids.get((domain, bus_number), 0)
-            if value is None:
-                continue
-            labels = (f'gpu="{index}",UUID="{label(gpu.findtext("uuid", ""))}",pci_bus_id="{label(bus)}",'
-                      f'device="nvidia{index}",modelName="{label(gpu.findtext("product_name", ""))}",'
-                      f'Hostname="{label(host)}"')  # fmt: skip
-            for job in jobs(mapping, index) or [""]:
-                suffix = f',hpc_job="{label(job)}"' if job else ""
-                lines.append(f"{field}{{{labels}{suffix}}} {value:g}")
+        for gpu, xid, sets in per_gpu:
+            value = read(gpu) if read is not None else xid
+            if value is not None:
+                lines += [f"{field}{{{labelled}}} {value:g}" for labelled in sets]
     return "\n".join(lines) + "\n" if lines else ""
 
 
