@@ -15,6 +15,10 @@ SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 WORKER_ROLE = "k8s_gpu_worker"
 K8S_ROLES = {"k8s_control", WORKER_ROLE}
+# The label gpuinfra puts on each GPU worker with its node group: the pool in which the node health program's breaker
+# counts tainted nodes. A label value has at most 63 characters.
+NODE_GROUP_LABEL = "gpuinfra.io/node-group"
+LABEL_VALUE_LENGTH = 63
 
 
 def worker_gpu_models(rc: ResolvedCluster) -> list[str]:

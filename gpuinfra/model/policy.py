@@ -37,10 +37,10 @@ class HealthCheck(Model):
     """Slurm: also check each node in the job's prolog, so that a job never starts on a node that broke since the
     last check; the job goes back to the queue. Adds the check's run time (about a second) to every job start."""
     max_drained: PositiveInt | Percentage = "10%"
-    """Slurm: how many nodes of a partition health checks may hold drained at once, a count or a percentage of the
-    partition's nodes (never below 1). Past it an unhealthy node is left in service, its check says why, and the
-    alert GpuHealthSpared fires: a fault seen on every node at once (a wrong pin, a changed log) is more likely the
-    check's than the fleet's."""
+    """How many nodes of a Slurm partition health checks may hold drained, or of a Kubernetes node group tainted, at
+    once: a count or a percentage of its nodes (never below 1). Past it an unhealthy node is left in service, its
+    check says why, and the alert GpuHealthSpared fires: a fault seen on every node at once (a wrong pin, a changed
+    log) is more likely the check's than the fleet's."""
     mode: Literal["enforce", "observe"] = "enforce"
     """observe: the checks only report what they would do (drain, resume); for a new policy's first days."""
     unknown_limit: Duration = "30m"

@@ -11,7 +11,9 @@ from collections import Counter
 
 from ..k8s_resources import (
     K8S_ROLES,
+    LABEL_VALUE_LENGTH,
     MIG_RESOURCE_PREFIX,
+    NODE_GROUP_LABEL,
     WORKER_ROLE,
     gpu_capacity,
     gpu_resources,
@@ -35,6 +37,7 @@ def check(rc: ResolvedCluster, report: Diagnostics) -> None:
         report.error(("kubernetes",), "no host has a k8s_control or k8s_gpu_worker role")
         return
     _node_names(rc, report)
+    _group_labels(rc, report)
     seen: dict[str, str] = {}
     for name, tenant in k8s.tenants.items():
         if tenant.namespace is None and not re.fullmatch(DNS_LABEL_PATTERN, name):
@@ -116,6 +119,18 @@ def _node_names(rc: ResolvedCluster, report: Diagnostics) -> None:
             f"{shown}: a Kubernetes node's name is a lower-case RFC 1123 subdomain (the kubelet registers "
             f"{names[0].lower()!r}); write the host names in lower case",
         )
+
+
+def _group_labels(rc: ResolvedCluster, report: Diagnostics) -> None:
+    """Each GPU worker carries its node group as a label value (NODE_GROUP_LABEL, the health breaker's pool), which
+    Kubernetes allows 63 characters, one fewer than a group's name."""
+    for name, group in rc.model.node_groups.items():
+        if WORKER_ROLE in group.roles and len(name) > LABEL_VALUE_LENGTH:
+            report.error(
+                ("node_groups", name),
+                f"a group of Kubernetes GPU workers has a name of at most {LABEL_VALUE_LENGTH} characters: it is their "
+                f"label {NODE_GROUP_LABEL}",
+            )
 
 
 def _extra_values(k8s: Kubernetes, report: Diagnostics) -> None:

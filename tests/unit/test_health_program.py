@@ -7,8 +7,9 @@ program's own. The sandbox test (tests/sandbox/test_health_loop.py) proves the s
 
 No Kubernetes API server can run on this machine. The program talks HTTPS to one, so a small HTTPS server stands in
 for it (`ApiServer`): it serves one Node, applies JSON merge patches (RFC 7386) with the resourceVersion
-precondition, answers others' nodes as RBAC with resourceNames would (403), and records every request, so that the
-tests assert exactly what the program sends: method, path, headers and body. tests/k8s/test_real_cluster.py checks
+precondition, lists the node group's nodes by label (the breaker's count), answers others' nodes as RBAC with
+resourceNames would (403), and records every request, so that the tests assert exactly what the program sends:
+method, path, headers and body. tests/k8s/test_real_cluster.py checks
 the service account's rights against a real cluster.
 """
 
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -178,9 +180,20 @@ def _merge(target: Any, patch: Any) -> Any:
     return out
 
 
+GROUP_LABEL = "gpuinfra.io/node-group"
+
+
+def peer(name: str, since: str = "", group: str = "gpu") -> dict[str, Any]:
+    """Another node of the group as a list shows it: tainted by its health check since `since`, or (empty) not."""
+    taints = [{"key": "gpuinfra.io/gpu-unhealthy", "value": "xid-79", "effect": "NoSchedule"}] if since else []
+    annotations = {"gpuinfra.io/gpu-unhealthy-since": since} if since else {}
+    return {"metadata": {"name": name, "labels": {GROUP_LABEL: group}, "annotations": annotations},
+            "spec": {"taints": taints}}  # fmt: skip
+
+
 @dataclass
 class ApiServer:
-    """One Node, served over HTTPS to the holder of TOKEN, which may get and patch only that node."""
+    """One Node, served over HTTPS to the holder of TOKEN, which may get and patch only that node, and list nodes."""
 
     node_name: str
     pki: Pki
@@ -188,6 +201,9 @@ class ApiServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     # Changes someone else makes to the node just before the next PATCHes are applied (a race).
     interleaved: list[dict[str, Any]] = field(default_factory=list)
+    # The other nodes each list shows, one entry per list in turn (the last one from then on): the group changing
+    # between the program's two counts is nodes failing together.
+    peers: list[list[dict[str, Any]]] = field(default_factory=list)
     url: str = ""
 
     def set_node(self, taints: list[dict[str, str]], annotations: dict[str, str] | None = None) -> None:
@@ -198,10 +214,17 @@ class ApiServer:
                 "name": self.node_name,
                 "resourceVersion": "1000",
                 "annotations": annotations or {"node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"kubernetes.io/hostname": self.node_name},
+                "labels": {"kubernetes.io/hostname": self.node_name, GROUP_LABEL: "gpu"},
             },
             "spec": {"podCIDR": "10.244.2.0/24", "taints": taints},
         }
+
+    def _list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """The nodes whose label equals the selector's (`key=value`, the only form the program sends)."""
+        key, _, value = query["labelSelector"][0].partition("=")
+        peers = (self.peers.pop(0) if len(self.peers) > 1 else self.peers[0]) if self.peers else []
+        items = [n for n in [self.node, *peers] if n["metadata"]["labels"].get(key) == value]
+        return {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "2000"}, "items": items}
 
     def _bump(self) -> None:
         self.node["metadata"]["resourceVersion"] = str(int(self.node["metadata"]["resourceVersion"]) + 1)
@@ -220,6 +243,8 @@ class ApiServer:
         if headers.get("Authorization") != f"Bearer {TOKEN}":
             return 401, _status(401, "Unauthorized", "Unauthorized")
         user = f"system:serviceaccount:gpuinfra-system:gpuinfra-health-{self.node_name}"
+        if method == "GET" and path.startswith("/api/v1/nodes?"):
+            return 200, self._list(urllib.parse.parse_qs(urllib.parse.urlsplit(path).query))
         name = path.removeprefix("/api/v1/nodes/")
         verb = {"GET": "get", "PATCH": "patch"}.get(method, method.lower())
         if not path.startswith("/api/v1/nodes/") or name != self.node_name or verb not in ("get", "patch"):
@@ -328,6 +353,7 @@ class Node:
             "check_dkms": False,
             "dkms_module": "",
             "kubeconfig": str(self.root / "health-kubeconfig"),
+            "node_group": "gpu",
             "policy": {
                 "expected_count": 2,
                 "expected_model": "L4",
@@ -967,20 +993,29 @@ def test_a_node_without_gpus_resumes_its_own_drain(node: Node) -> None:
 
 
 def test_kubernetes_taints_then_untaints_only_its_own_key(node: Node, api: ApiServer) -> None:
-    """Exactly what reaches the API server: a GET of the node, then one merge patch with every other taint as it was,
-    the reason annotation, and the resourceVersion it was computed from; the node's own token on each request."""
+    """Exactly what reaches the API server: a GET of the node, the list of its node group (the breaker's count),
+    one merge patch with every other taint as it was, the reason and the time annotations, and the resourceVersion
+    it was computed from, then the group's list again; the node's own token on each request."""
     node.config(scheduler="kubernetes")
     node.kubeconfig(api.url, api.pki.ca)
     other = {"key": "dedicated", "value": "vision", "effect": "NoSchedule"}
     api.set_node([other])
     node.gpus("gpu-missing")
+    before = datetime.datetime.now(datetime.UTC)
     code, verdict = node.run()
     assert code == 1
     ours = {"key": "gpuinfra.io/gpu-unhealthy", "value": "1-of-2-GPUs-visible", "effect": "NoSchedule"}
     assert verdict["action"] == "tainted gpuinfra.io/gpu-unhealthy:NoSchedule: gpuinfra-health: 1 of 2 GPUs visible"
+    since = api.node["metadata"]["annotations"]["gpuinfra.io/gpu-unhealthy-since"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", since), since
+    taken = datetime.datetime.strptime(since, "%Y-%m-%dT%H:%M:%S.%f%z")
+    assert before - datetime.timedelta(seconds=1) <= taken <= datetime.datetime.now(datetime.UTC), (before, since)
     headers = {"authorization": f"Bearer {TOKEN}", "accept": "application/json"}
+    group = {**headers, "method": "GET", "path": "/api/v1/nodes?labelSelector=gpuinfra.io%2Fnode-group%3Dgpu",
+             "content_type": None, "body": None}  # fmt: skip
     assert api.requests == [
         {**headers, "method": "GET", "path": "/api/v1/nodes/gpu02", "content_type": None, "body": None},
+        group,
         {
             **headers,
             "method": "PATCH",
@@ -989,16 +1024,21 @@ def test_kubernetes_taints_then_untaints_only_its_own_key(node: Node, api: ApiSe
             "body": {
                 "metadata": {
                     "resourceVersion": "1000",
-                    "annotations": {"gpuinfra.io/gpu-unhealthy-reason": "gpuinfra-health: 1 of 2 GPUs visible"},
+                    "annotations": {
+                        "gpuinfra.io/gpu-unhealthy-reason": "gpuinfra-health: 1 of 2 GPUs visible",
+                        "gpuinfra.io/gpu-unhealthy-since": since,
+                    },
                 },
                 "spec": {"taints": [other, ours]},
             },
         },
+        group,
     ]
     assert api.node["spec"]["taints"] == [other, ours]
     assert api.node["metadata"]["annotations"] == {
         "node.alpha.kubernetes.io/ttl": "0",
         "gpuinfra.io/gpu-unhealthy-reason": "gpuinfra-health: 1 of 2 GPUs visible",
+        "gpuinfra.io/gpu-unhealthy-since": since,
     }
 
     # Still broken: the taint stays, and nothing is written.
@@ -1015,7 +1055,10 @@ def test_kubernetes_taints_then_untaints_only_its_own_key(node: Node, api: ApiSe
     assert [r["body"] for r in api.requests] == [
         None,
         {
-            "metadata": {"resourceVersion": "1001", "annotations": {"gpuinfra.io/gpu-unhealthy-reason": None}},
+            "metadata": {
+                "resourceVersion": "1001",
+                "annotations": {"gpuinfra.io/gpu-unhealthy-reason": None, "gpuinfra.io/gpu-unhealthy-since": None},
+            },
             "spec": {"taints": [other]},
         },
     ]
@@ -1038,16 +1081,72 @@ def test_kubernetes_a_node_changed_in_between_is_read_again_and_nothing_is_lost(
     node.gpus("gpu-missing")
     code, _ = node.run()
     assert code == 1
-    assert [(r["method"], (r["body"] or {}).get("metadata", {}).get("resourceVersion")) for r in api.requests] == [
-        ("GET", None),
-        ("PATCH", "1000"),
-        ("GET", None),
-        ("PATCH", "1001"),
-    ]
+    listed = ("GET", "/api/v1/nodes?labelSelector=gpuinfra.io%2Fnode-group%3Dgpu", None)
+    assert [(r["method"], r["path"], (r["body"] or {}).get("metadata", {}).get("resourceVersion"))
+            for r in api.requests] == [
+        ("GET", "/api/v1/nodes/gpu02", None), listed, ("PATCH", "/api/v1/nodes/gpu02", "1000"),
+        ("GET", "/api/v1/nodes/gpu02", None), listed, ("PATCH", "/api/v1/nodes/gpu02", "1001"), listed,
+    ]  # fmt: skip
     assert api.node["spec"]["taints"] == [
         cordon,
         {"key": "gpuinfra.io/gpu-unhealthy", "value": "1-of-2-GPUs-visible", "effect": "NoSchedule"},
     ]
+
+
+def test_kubernetes_breaker_spares_a_node_past_its_groups_limit(node: Node, api: ApiServer) -> None:
+    """gpu01 of gpu02's node group tainted by its health check, a limit of 1: gpu02's fault is spared (exit 4) and
+    nothing is written. A node of another group does not count; with a limit of 50% of four nodes, it is tainted."""
+    node.config(scheduler="kubernetes", max_drained=1)
+    node.kubeconfig(api.url, api.pki.ca)
+    api.peers = [[peer("gpu01", "2026-12-07T10:00:00.000Z"), peer("gpu09", "2026-12-07T10:00:00.000Z", "infer")]]
+    node.gpus("gpu-missing")
+    code, verdict = node.run()
+    spared = "spared by the breaker: health checks hold 1 of the 2 nodes of node group gpu tainted (limit 1)"
+    assert (code, verdict["action"]) == (4, spared)
+    assert [r["method"] for r in api.requests] == ["GET", "GET"]
+    assert api.node["spec"]["taints"] == []
+
+    node.config(scheduler="kubernetes", max_drained="50%")
+    api.peers = [[peer("gpu01", "2026-12-07T10:00:00.000Z"), peer("gpu03"), peer("gpu04")]]
+    code, verdict = node.run()
+    assert (code, verdict["action"]) == (1, "tainted gpuinfra.io/gpu-unhealthy:NoSchedule: gpuinfra-health: 1 of 2 "
+                                            "GPUs visible")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("other_since", "kept"), [("2026-12-07T10:00:00.000Z", False), ("9999-12-31T00:00:00.000Z", True)]
+)
+def test_kubernetes_nodes_tainted_at_once_the_later_gives_way(
+    node: Node, api: ApiServer, other_since: str, kept: bool
+) -> None:
+    """gpu01 and gpu02 fail together, each seeing the other untainted before its patch, with a limit of 1: the one
+    tainted later takes its taint and annotations off again and is spared; the first keeps its taint."""
+    node.config(scheduler="kubernetes", max_drained=1)
+    node.kubeconfig(api.url, api.pki.ca)
+    api.peers = [[peer("gpu01")], [peer("gpu01", other_since)]]
+    node.gpus("gpu-missing")
+    code, verdict = node.run()
+    ours = [t["key"] for t in api.node["spec"]["taints"]]
+    annotations = set(api.node["metadata"]["annotations"])
+    if kept:
+        assert (code, ours) == (1, ["gpuinfra.io/gpu-unhealthy"]), verdict["action"]
+        assert "gpuinfra.io/gpu-unhealthy-since" in annotations
+    else:
+        spared = "spared by the breaker: 2 nodes of node group gpu were tainted at once (limit 1)"
+        assert (code, verdict["action"], ours) == (4, spared, [])
+        assert annotations == {"node.alpha.kubernetes.io/ttl"}
+        assert [r["method"] for r in api.requests] == ["GET", "GET", "PATCH", "GET", "GET", "PATCH"]
+
+
+def test_kubernetes_settings_without_a_node_group_are_refused(node: Node, api: ApiServer) -> None:
+    """Without its group the breaker could count nothing: the program stops (exit 2) before it taints."""
+    node.config(scheduler="kubernetes", node_group="")
+    node.kubeconfig(api.url, api.pki.ca)
+    node.gpus("gpu-missing")
+    done = node.start()
+    assert done.returncode == 2, done.stderr
+    assert "no node_group" in done.stderr
+    assert api.node["spec"]["taints"] == []
 
 
 def test_kubernetes_another_node_is_forbidden_and_the_token_never_printed(node: Node, api: ApiServer) -> None:
@@ -1475,3 +1574,21 @@ def test_each_kind_of_run_is_counted_so_a_stopped_loop_is_seen(node: Node, monke
     runs = json.loads((node.root / "state" / "s.json").read_text())["runs"]
     assert {kind: run["count"] for kind, run in runs.items()} == {"periodic": 2, "manual": 1, "job_start": 1}
     assert runs["periodic"]["last"] <= runs["job_start"]["last"] <= time.time()
+
+
+def test_the_breakers_pool_on_kubernetes_is_the_label_apply_gives(program: Any) -> None:
+    """The program counts the nodes labelled with its node group: the label k8s_tenants puts on every GPU worker of
+    the group, and the group the program's settings name, from the same inventory."""
+    from test_kubernetes_support import loaded, rendered
+
+    from gpuinfra.k8s_resources import NODE_GROUP_LABEL
+    from gpuinfra.render.vars import kubernetes as k8s_vars
+
+    assert program.NODE_GROUP_LABEL == NODE_GROUP_LABEL == GROUP_LABEL
+    resolved = loaded("k8s-mig").resolved
+    for pool in k8s_vars.group_vars(resolved)["k8s_tenants_nodes"]:
+        groups = {resolved.hosts[name].group for name in pool["nodes"]}
+        assert groups == {pool["labels"][GROUP_LABEL]}, pool
+    settings = json.loads(rendered("k8s-mig")["gpu-health/health.json"].content)
+    first = min(h.name for h in resolved.with_role("k8s_gpu_worker"))
+    assert (settings["scheduler"], settings["node_group"]) == ("kubernetes", resolved.hosts[first].group)

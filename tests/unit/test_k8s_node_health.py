@@ -4,8 +4,8 @@ No API server runs here. What can be proven without one:
 - the manifests `gpuinfra plan` shows validate against the Kubernetes schemas kubernetes-validate ships (strict), and
   match their golden files;
 - least privilege, as a property of any list of node names: each node gets one ServiceAccount, one token Secret, one
-  ClusterRole that allows only get and patch on that node (resourceNames) and one binding of the two; no rule names
-  another node, and no name can inject YAML (names are data, rendered with to_nice_yaml);
+  ClusterRole that allows only get and patch on that node (resourceNames), and list on nodes (read-only, the
+  breaker's count), and one binding of the two; no rule names another node, and no name can inject YAML (names are data, rendered with to_nice_yaml);
 - the expressions of the role's tasks: the API server and CA taken from a kubeadm admin kubeconfig, the identities
   left over from removed nodes, and the one kubeconfig path both roles agree on.
 
@@ -104,9 +104,11 @@ def _least_privilege(documents: list[dict[str, Any]], namespace: str) -> set[str
     for name, role in by_kind["ClusterRole"].items():
         node = role["metadata"]["annotations"]["gpuinfra.io/node"]
         assert name == f"gpuinfra-health-{node}"
-        # Exactly one node, only get and patch, nothing else: no other resource, verb, node or aggregation.
+        # Exactly one node to get and patch, and nodes to list (read-only, for the breaker's count), nothing else:
+        # no other resource, verb, node or aggregation.
         assert role["rules"] == [
-            {"apiGroups": [""], "resources": ["nodes"], "resourceNames": [node], "verbs": ["get", "patch"]}
+            {"apiGroups": [""], "resources": ["nodes"], "resourceNames": [node], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
         ]
         assert set(role) == {"apiVersion", "kind", "metadata", "rules"}
         binding = by_kind["ClusterRoleBinding"][name]
@@ -133,7 +135,7 @@ NODE_NAMES = st.lists(
 
 @settings(max_examples=40, deadline=None)
 @given(nodes=NODE_NAMES)
-def test_each_node_may_only_get_and_patch_itself(nodes: list[str]) -> None:
+def test_each_node_may_only_change_itself(nodes: list[str]) -> None:
     documents = render_identities(nodes)
     assert _least_privilege(documents, "gpuinfra-system") == set(nodes)
     for document in documents:

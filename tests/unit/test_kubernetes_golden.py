@@ -103,6 +103,7 @@ def test_tenants_and_gpu_nodes() -> None:
         "gpuinfra.io/gpu": "true",
         "gpuinfra.io/pool": "training",
         "gpuinfra.io/gpu-model": "h100-sxm5-80gb",  # what the queues' flavors select
+        "gpuinfra.io/node-group": "h100",  # the pool of the health checks' breaker
     }
     assert h100["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},

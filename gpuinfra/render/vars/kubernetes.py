@@ -13,6 +13,7 @@ from typing import Any
 
 from ...k8s_resources import (
     MIG_RESOURCE_PREFIX,
+    NODE_GROUP_LABEL,
     WORKER_ROLE,
     gpu_capacity,
     gpu_resources,
@@ -166,7 +167,7 @@ def _tenant_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
         nodes.append(
             {
                 "nodes": [h.name for h in rc.hosts.values() if h.group == name],
-                "labels": {**k8s.gpu_node_labels, **group.labels, **_model_label(group)},
+                "labels": {**k8s.gpu_node_labels, **group.labels, **_model_label(group), NODE_GROUP_LABEL: name},
                 "taints": cluster_taints + [t for t in own if t not in cluster_taints],
             }
         )

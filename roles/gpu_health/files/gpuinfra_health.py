@@ -22,9 +22,10 @@ the next check and shown to the node exporter (`textfile`); a node still unknown
 drained, with a reason that says so. A hung nvidia-smi is not a blind check: the driver not answering is the
 symptom of a GPU it cannot reach, and the node is unhealthy.
 
-Health checks may hold at most `max_drained` nodes of a Slurm partition drained at once (a count or a percentage,
-at least 1), counted from slurmctld's state: past it an unhealthy node is spared, left in service and shown to the
-node exporter (`gpuinfra_health_spared`). In `observe` mode the program only reports what it would do.
+Health checks may hold at most `max_drained` nodes of a Slurm partition drained, or of a Kubernetes node group
+tainted, at once (a count or a percentage, at least 1), counted from the scheduler's own state (slurmctld's, the API
+server's): past it an unhealthy node is spared, left in service and shown to the node exporter
+(`gpuinfra_health_spared`). In `observe` mode the program only reports what it would do.
 
 Exit codes: 0 healthy (or nothing to check), 1 unhealthy (or unknown past the limit, drained), 2 it could not run
 (bad configuration, state), 3 unknown, 4 unhealthy but spared by the breaker.
@@ -49,7 +50,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 LIBRARY = "/usr/local/lib/gpuinfra"
@@ -59,6 +60,10 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 ACTIVE_RESULT_BYTES = 1024 * 1024  # gpuinfra-active-checks' last result: it writes a few KiB
 TAINT_KEY = "gpuinfra.io/gpu-unhealthy"
 REASON_ANNOTATION = "gpuinfra.io/gpu-unhealthy-reason"
+# When the program tainted the node (UTC, to the millisecond): past the breaker's limit the first ones stay out.
+SINCE_ANNOTATION = "gpuinfra.io/gpu-unhealthy-since"
+# The label the k8s_tenants role gives each Kubernetes GPU worker with its node group: the breaker's pool.
+NODE_GROUP_LABEL = "gpuinfra.io/node-group"
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # Slurm's drain flags, and the states in which a node is out of service by someone else's hand (an admin's DOWN or
 # FAIL, a maintenance reservation, a reboot in progress): the program never changes those.
@@ -307,57 +312,67 @@ def scontrol_update(name: str, *settings: str) -> None:
 
 # The start of the action of a node the breaker spared: unhealthy, left in service.
 SPARED = "spared by the breaker"
+# A pool's nodes (a partition's, a node group's): name, whether the health checks hold it out, and since when.
+Rows = Callable[[str], "list[tuple[str, bool, str]]"]
 
 
 class Breaker:
-    """The limit on nodes drained by health checks (a reason with HEALTH_REASON_PREFIX), per Slurm partition, counted
-    from slurmctld's own state: the nodes need no coordination among themselves. A fault on every node at once (a bad
-    driver pin, a log format that changed) takes at most the limit out of each partition; the others stay in
-    service, unhealthy, and say so (SPARED)."""
+    """The limit on nodes health checks hold out of service, per pool of nodes, counted from the scheduler's own
+    state, so that the nodes need no coordination among themselves: Slurm's partitions and its nodes drained with
+    HEALTH_REASON_PREFIX (slurm_rows), or a Kubernetes node group and its nodes with TAINT_KEY (kube_rows). A fault on
+    every node at once (a bad driver pin, a log format that changed) takes at most the limit out of each pool; the
+    others stay in service, unhealthy, and say so (SPARED)."""
 
-    def __init__(self, max_drained: Any) -> None:
-        self.max_drained = max_drained
+    def __init__(self, max_drained: Any, rows: Rows, pool: str = "partition", held: str = "drained") -> None:
+        self.max_drained, self.rows, self.pool, self.held = max_drained, rows, pool, held
 
-    def _partition(self, partition: str) -> list[tuple[str, bool, str]]:
-        """Each node of the partition: name, whether a health check holds it drained, and since when."""
-        fields = "--format=%N|%T|%H|%E"
-        rc, out, err = run(["sinfo", "--noheader", "--Node", f"--partition={partition}", fields])
-        if rc != 0:
-            raise Failure(f"sinfo --partition={partition}: {err.strip() or f'exit code {rc}'}")
-        rows = {}
-        for line in out.splitlines():
-            node, state, since, reason = [*line.split("|", 3), "", "", ""][:4]
-            rows[node] = (node, held_by_health(state, reason), since)
-        return list(rows.values())
+    def _pool(self, name: str, pool: str) -> list[tuple[str, bool, str]]:
+        """The pool's nodes, this one among them even where the scheduler does not list it in the pool."""
+        rows = self.rows(pool)
+        return rows if any(node == name for node, _, _ in rows) else [*rows, (name, False, "")]
 
-    def full(self, name: str, partitions: Sequence[str]) -> str:
-        """Why draining `name` would pass a partition's limit; empty when it would not."""
-        for partition in partitions:
-            rows = self._partition(partition)
+    def full(self, name: str, pools: Sequence[str]) -> str:
+        """Why taking `name` out would pass a pool's limit; empty when it would not."""
+        for pool in pools:
+            rows = self._pool(name, pool)
             taken = sum(ours for node, ours, _ in rows if node != name)
             limit = drain_limit(self.max_drained, len(rows))
             if taken >= limit:
-                held = f"{taken} of the {len(rows)} nodes of partition {partition}"
-                return f"health checks hold {held} drained (limit {limit})"
+                held = f"{taken} of the {len(rows)} nodes of {self.pool} {pool}"
+                return f"health checks hold {held} {self.held} (limit {limit})"
         return ""
 
-    def over(self, name: str, partitions: Sequence[str]) -> str:
-        """After `name`'s drain: why it must give way, when more than the limit are drained at once and it is not
-        among the first (by the time of the drain, then by name); empty when it may stay drained."""
-        for partition in partitions:
-            rows = self._partition(partition)
-            drained = sorted((since, node) for node, ours, since in rows if ours)
+    def over(self, name: str, pools: Sequence[str]) -> str:
+        """After `name` was taken out: why it must give way, when more than the limit are out at once and it is not
+        among the first (by the time it was taken out, then by name); empty when it may stay out."""
+        for pool in pools:
+            rows = self._pool(name, pool)
+            out = sorted((since, node) for node, ours, since in rows if ours)
             limit = drain_limit(self.max_drained, len(rows))
-            if name not in [node for _, node in drained[:limit]] and any(node == name for _, node in drained):
-                return f"{len(drained)} nodes of partition {partition} were drained at once (limit {limit})"
+            if name not in [node for _, node in out[:limit]] and any(node == name for _, node in out):
+                return f"{len(out)} nodes of {self.pool} {pool} were {self.held} at once (limit {limit})"
         return ""
+
+
+def slurm_rows(partition: str) -> list[tuple[str, bool, str]]:
+    """Each node of the partition: name, whether a health check holds it drained, and since when (sinfo's time of
+    the reason)."""
+    fields = "--format=%N|%T|%H|%E"
+    rc, out, err = run(["sinfo", "--noheader", "--Node", f"--partition={partition}", fields])
+    if rc != 0:
+        raise Failure(f"sinfo --partition={partition}: {err.strip() or f'exit code {rc}'}")
+    rows = {}
+    for line in out.splitlines():
+        node, state, since, reason = [*line.split("|", 3), "", "", ""][:4]
+        rows[node] = (node, held_by_health(state, reason), since)
+    return list(rows.values())
 
 
 # --- Kubernetes -------------------------------------------------------------------------------------------------
 # The API server is called directly (no kubectl on the node), as the node's own service account: gpuinfra gives each
-# GPU node one that may only get and patch that node (the k8s_node_health role), and a kubeconfig in JSON with the
-# server, its CA and the token. The kubelet's own credentials cannot do this: NodeRestriction forbids a kubelet to
-# change its node's taints.
+# GPU node one that may only get and patch that node, and list nodes (the k8s_node_health role), and a kubeconfig in
+# JSON with the server, its CA and the token. The kubelet's own credentials cannot do this: NodeRestriction forbids a
+# kubelet to change its node's taints.
 
 API_TIMEOUT = 30
 # A node changed by someone else between the read and the patch (HTTP 409) is read and patched again.
@@ -477,32 +492,55 @@ def taint_value(reason: str) -> str:
 
 
 def kubernetes_act(config: dict[str, Any], name: str, healthy: bool, reason: str) -> str:
-    """Read the node, then set or remove the taint and the reason annotation in one JSON merge patch. The patch
-    carries the resourceVersion it was computed from, so a node another client changed in between is never
-    overwritten (409): it is read and patched again. Taints are a list the API server replaces as a whole, so the
-    patch holds every other taint as it was read."""
+    """Taint an unhealthy node, untaint a healthy one (kube_patch), within the breaker's limit on the node's group
+    (`node_group`), counted from the API server's list of the group's nodes: past it, an unhealthy node is left
+    untainted (SPARED)."""
     api = KubeApi(config["kubeconfig"])
+    if healthy:
+        return kube_patch(api, name, None)
+    group = config.get("node_group")
+    if not isinstance(group, str) or not group:
+        raise Failure("the settings name no node_group, the pool the breaker counts tainted nodes in")
+    breaker = Breaker(config.get("max_drained", MAX_DRAINED), kube_rows(api), "node group", "tainted")
+    action = kube_patch(api, name, reason, lambda: breaker.full(name, [group]))
+    # Nodes that failed together each saw the others untainted: the ones past the limit give way.
+    over = breaker.over(name, [group]) if action.startswith("tainted") else ""
+    if over:
+        kube_patch(api, name, None)
+        return f"{SPARED}: {over}"
+    return action
+
+
+def kube_patch(api: KubeApi, name: str, reason: str | None, spare: Callable[[], str] = lambda: "") -> str:
+    """Set (with a reason) or remove (None) the program's taint and its annotations in one JSON merge patch; the
+    action taken. The patch carries the resourceVersion it was computed from, so a node another client changed in
+    between is never overwritten (409): it is read and patched again. Taints are a list the API server replaces as
+    a whole, so the patch holds every other taint as it was read. Before a taint is added, `spare` says why the node
+    must stay untainted (the breaker's limit), if it must."""
     path = "/api/v1/nodes/" + urllib.parse.quote(name, safe="")
     for _ in range(CONFLICT_RETRIES):
         node = api.request("GET", path)
         taints = (node.get("spec") or {}).get("taints") or []
         ours = [t for t in taints if t.get("key") == TAINT_KEY]
-        if not healthy:
+        if reason is not None:
             if ours:
                 return "left tainted"
+            spared = spare()
+            if spared:
+                return f"{SPARED}: {spared}"
             taints = [*taints, {"key": TAINT_KEY, "value": taint_value(reason), "effect": "NoSchedule"}]
-            annotation: str | None = reason
+            annotations: dict[str, str | None] = {REASON_ANNOTATION: reason, SINCE_ANNOTATION: utc_now()}
             action = f"tainted {TAINT_KEY}:NoSchedule: {reason}"
         else:
             if not ours:
                 return "nothing to do"
             taints = [t for t in taints if t.get("key") != TAINT_KEY]
-            annotation = None  # null removes it
+            annotations = dict.fromkeys((REASON_ANNOTATION, SINCE_ANNOTATION))  # null removes an annotation
             action = f"removed the taint {TAINT_KEY}"
         patch = {
             "metadata": {
                 "resourceVersion": node.get("metadata", {}).get("resourceVersion", ""),
-                "annotations": {REASON_ANNOTATION: annotation},
+                "annotations": annotations,
             },
             "spec": {"taints": taints},
         }
@@ -514,6 +552,33 @@ def kubernetes_act(config: dict[str, Any], name: str, healthy: bool, reason: str
             raise
         return action
     raise Failure(f"node {name} changed under every one of {CONFLICT_RETRIES} patches; the next check tries again")
+
+
+def utc_now() -> str:
+    """`2026-12-07T13:05:02.123Z`: one width, so that the breaker orders taints by comparing the strings."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+
+
+def kube_rows(api: KubeApi) -> Rows:
+    """The breaker's count on Kubernetes: the nodes labelled with the group (NODE_GROUP_LABEL), whether each carries
+    the program's taint, and since when (SINCE_ANNOTATION). The node's identity may list nodes, as its kubelet's
+    may: reading them gives it nothing the node did not have."""
+
+    def rows(group: str) -> list[tuple[str, bool, str]]:
+        selector = urllib.parse.quote(f"{NODE_GROUP_LABEL}={group}", safe="")
+        listed = api.request("GET", f"/api/v1/nodes?labelSelector={selector}")
+        items = listed.get("items") if isinstance(listed, dict) else None
+        out = []
+        for item in items if isinstance(items, list) else []:
+            meta = item.get("metadata") or {}
+            taints = (item.get("spec") or {}).get("taints") or []
+            held = any(isinstance(t, dict) and t.get("key") == TAINT_KEY for t in taints)
+            since = (meta.get("annotations") or {}).get(SINCE_ANNOTATION, "")
+            out.append((str(meta.get("name", "")), held, str(since)))
+        return out
+
+    return rows
 
 
 # --- the check --------------------------------------------------------------------------------------------------
@@ -823,7 +888,8 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     elif scheduler != "none" and config.get("mode") == "observe":
         action = f"observe mode: would drain: {reason}" if reason else "observe mode: no action"
     elif scheduler == "slurm":
-        action = slurm_act(name, verdict["healthy"], reason, Breaker(config.get("max_drained", MAX_DRAINED)))
+        breaker = Breaker(config.get("max_drained", MAX_DRAINED), slurm_rows)
+        action = slurm_act(name, verdict["healthy"], reason, breaker)
     elif scheduler == "kubernetes":
         action = kubernetes_act(config, name, verdict["healthy"], reason)
     else:
