@@ -184,3 +184,10 @@ class Kubernetes(Model):
     """Taints on every k8s_gpu_worker node, so that only pods that tolerate them land there."""
     gpu_node_labels: dict[LabelKey, LabelValue] = {}
     """Labels on every k8s_gpu_worker node (node groups add their own)."""
+    alert_rules: bool = True
+    """Alert when a tenant's container is killed for running out of memory (`KubernetesContainerOOMKilled`): a
+    PrometheusRule for the cluster's own Prometheus, from kube-state-metrics' series (needs the Prometheus operator's
+    CRDs)."""
+    alert_rule_labels: dict[LabelKey, LabelValue] = {}
+    """Labels of that PrometheusRule, for the cluster's Prometheus to select it (kube-prometheus-stack's selects
+    `release: <its release>` unless told otherwise)."""

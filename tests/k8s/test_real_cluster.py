@@ -118,6 +118,23 @@ def test_tenant_namespaces_have_their_quota_limits_and_access() -> None:
             assert result.stdout.strip() == "yes", f"{name}: {subject}"
 
 
+def test_the_tenants_alert_rule_is_given_to_the_clusters_prometheus() -> None:
+    """The PrometheusRule the API server stored (its CRD's schema accepted it), one rule per tenant; no tenant may
+    change it."""
+    found = variables()
+    if not (found["k8s_tenants_alert_rules"] and found["k8s_tenants_tenants"]):
+        pytest.skip("the cluster file turns the tenants' alert rules off, or has no tenant")
+    rule = get("prometheusrule", "gpuinfra-tenants", "-n", found["k8s_tenants_alert_rules_namespace"])
+    tenants = {r["labels"]["tenant"] for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert tenants == set(found["k8s_tenants_tenants"])
+    for tenant in found["k8s_tenants_tenants"].values():
+        for subject in tenant["subjects"]:
+            if subject["kind"] == "User":
+                result = kubectl("auth", "can-i", "patch", "prometheusrules", "-n",
+                                 found["k8s_tenants_alert_rules_namespace"], f"--as={subject['name']}")  # fmt: skip
+                assert result.stdout.strip() == "no", subject
+
+
 def test_a_pod_above_the_gpu_quota_is_refused() -> None:
     """Quota admission runs on a server-side dry run, so nothing is created."""
     for name, tenant in variables()["k8s_tenants_tenants"].items():

@@ -37,6 +37,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
         "gpu-operator/device-plugin-configmap.yaml", "gpu_operator", "device-plugin-configmap.yaml.j2", "k8s_control"
     ),
     Artifact("k8s-tenants/tenants.yaml", "k8s_tenants", "tenants.yaml.j2", "k8s_control"),
+    Artifact("k8s-tenants/alert-rules.yaml", "k8s_tenants", "alert-rules.yaml.j2", "k8s_control"),
     Artifact("kueue/values.yaml", "kueue", "values.yaml.j2", "k8s_control"),
     Artifact("kueue/queues.yaml", "kueue", "queues.yaml.j2", "k8s_control"),
     # The health program's identity on each GPU node (k8s_node_health); the role's defaults take the nodes from the
@@ -176,6 +177,9 @@ def _tenant_vars(rc: ResolvedCluster, k8s: Kubernetes) -> dict[str, Any]:
         "k8s_tenants_gpu_resources": gpu_resources(k8s),
         "k8s_tenants_mig_resource_prefix": MIG_RESOURCE_PREFIX,
         "k8s_tenants_nodes": nodes,
+        "k8s_tenants_alert_rules": k8s.alert_rules,
+        "k8s_tenants_alert_rule_labels": dict(k8s.alert_rule_labels),
+        "k8s_tenants_alert_rules_namespace": k8s.gpu_operator.namespace,
     }
 
 
