@@ -5,7 +5,8 @@ No API server runs here. What can be proven without one:
   match their golden files;
 - least privilege, as a property of any list of node names: each node gets one ServiceAccount, one token Secret, one
   ClusterRole that allows only get and patch on that node (resourceNames), and list on nodes (read-only, the
-  breaker's count), and one binding of the two; no rule names another node, and no name can inject YAML (names are data, rendered with to_nice_yaml);
+  breaker's count), and one binding of the two; no rule names another node, and no name can inject YAML (names are
+  data, rendered with to_nice_yaml);
 - the expressions of the role's tasks: the API server and CA taken from a kubeadm admin kubeconfig, the identities
   left over from removed nodes, and the one kubeconfig path both roles agree on.
 

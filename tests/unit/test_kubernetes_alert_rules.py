@@ -29,6 +29,7 @@ ALERT = "KubernetesContainerOOMKilled"
 
 def _rule(example: str) -> dict[str, Any]:
     (document,) = yaml_load_all(rendered(example)[PATH].content)
+    assert isinstance(document, dict)
     return document
 
 

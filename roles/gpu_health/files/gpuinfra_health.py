@@ -313,7 +313,7 @@ def scontrol_update(name: str, *settings: str) -> None:
 # The start of the action of a node the breaker spared: unhealthy, left in service.
 SPARED = "spared by the breaker"
 # A pool's nodes (a partition's, a node group's): name, whether the health checks hold it out, and since when.
-Rows = Callable[[str], "list[tuple[str, bool, str]]"]
+Rows = Callable[[str], list[tuple[str, bool, str]]]
 
 
 class Breaker:
