@@ -6,7 +6,6 @@ an old kill, another reason or another namespace does not."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,15 +13,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 from test_kubernetes_support import DATA, rendered, yaml_load_all
+from test_monitoring import PROMTOOL, needs_promtool
 
 from gpuinfra.render.plan import render
 from gpuinfra.validate.load import load_cluster
 
-PROMTOOL = shutil.which("promtool")
-pytestmark = [
-    pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
-    pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)"),
-]
+pytestmark = [pytest.mark.tools, needs_promtool]  # runs a system tool (tests/unit/tool_guard.py)
 PATH = "k8s-tenants/alert-rules.yaml"
 ALERT = "KubernetesContainerOOMKilled"
 

@@ -9,20 +9,15 @@ states the labels that matter; `promtool check rules` checks the annotation temp
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
-from test_monitoring import rendered, yaml_load
+from test_monitoring import PROMTOOL, needs_promtool, rendered, yaml_load
 
-PROMTOOL = shutil.which("promtool")
-pytestmark = [
-    pytest.mark.tools,  # runs Ansible or a system tool (tests/unit/tool_guard.py)
-    pytest.mark.skipif(PROMTOOL is None, reason="promtool is missing (Debian package prometheus)"),
-]
+pytestmark = [pytest.mark.tools, needs_promtool]  # runs a system tool (tests/unit/tool_guard.py)
 
 DCGM = 'job="dcgm_exporter"'
 STATE_FILE = 'file="/var/lib/prometheus/node-exporter/gpuinfra_slurm.prom"'
