@@ -67,7 +67,8 @@ NEED_HOST_STATE = {
 
 
 def _yaml(path: Path) -> dict[str, Any]:
-    return YAML(typ="safe").load(path.read_text()) or {}
+    """A role's variables file; a role without one for this OS has none."""
+    return (YAML(typ="safe").load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def _trusted(value: Any) -> Any:
@@ -255,12 +256,12 @@ def test_rhel_package_list() -> None:
     assert fnmatch.fnmatch("initramfs-5.14.0-427.13.1.el9_4.x86_64.img", v["__nvidia_driver_initramfs_pattern"])
 
 
-@pytest.mark.parametrize("role", ["nvidia_driver", "nvidia_container_toolkit"])
-def test_every_os_family_has_its_setup_tasks(role: str) -> None:
-    """main.yml includes setup-<os_family>.yml: each OS family with vars needs that file."""
+@pytest.mark.parametrize(("role", "pattern"), [("nvidia_driver", "setup-{}.yml"), ("package_source", "{}.yml")])
+def test_every_os_family_has_its_setup_tasks(role: str, pattern: str) -> None:
+    """main.yml includes the tasks of the host's os_family: each OS family the tests know needs that file."""
     families = {FACTS[name]["os_family"] for name in FACTS}
     for family in families:
-        assert (ROLES / role / "tasks" / f"setup-{family}.yml").is_file(), family
+        assert (ROLES / role / "tasks" / pattern.format(family)).is_file(), family
 
 
 # --- the pin ---------------------------------------------------------------------------------------------------
@@ -573,26 +574,33 @@ def _index_targets(tmp_path: Path, name: str, text: str) -> subprocess.Completed
     )
 
 
+# role -> (its .sources template, the prefix of its source settings, NVIDIA's repository as the role is given it)
+TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+REPOSITORIES = {
+    "nvidia_driver": ("nvidia-driver.sources.j2", "nvidia_driver_source", {"nvidia_driver_source_type": "nvidia"}),
+    "package_source": (
+        "package-source.sources.j2",
+        "package_source",
+        {"package_source_type": "vendor", "package_source_vendor_url": TOOLKIT_REPO},
+    ),
+}
+
+
 @pytest.mark.tools
-@pytest.mark.parametrize(
-    ("role", "template"),
-    [
-        ("nvidia_driver", "nvidia-driver.sources.j2"),
-        ("nvidia_container_toolkit", "nvidia-container-toolkit.sources.j2"),
-    ],
-)
-def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str, template: str) -> None:
+@pytest.mark.parametrize("role", list(REPOSITORIES))
+def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str) -> None:
     """NVIDIA's repository and a mirror (with either keyring form) as apt reads them. NVIDIA's repositories cannot
     be reached from the test machines, so the download itself is not exercised; test_package_sources.py has apt
     verify a signed mirror through the same files."""
-    repo_var = f"__{role}_nvidia_repo_url" if role == "nvidia_driver" else f"__{role}_repo_url"
-    repo = role_vars(role, "Debian")[repo_var]  # the role's vars/Debian.yml, which render() leaves out
-    mirror = {f"{role}_source_type": "mirror", f"{role}_source_url": "https://mirror.example.internal/nvidia/"}
+    template, prefix, vendor = REPOSITORIES[role]
+    named = {"package_source_name": "nvidia-container-toolkit"} if role == "package_source" else {}
+    repo = role_vars(role, "Debian", None, **named, **vendor).get("__nvidia_driver_nvidia_repo_url", TOOLKIT_REPO)
+    mirror = {**named, f"{prefix}_type": "mirror", f"{prefix}_url": "https://mirror.example.internal/nvidia/"}
     # The role's variables, as role_vars() and render() take them (**overrides: Any).
     cases: dict[str, tuple[dict[str, Any], str]] = {
-        "nvidia": ({f"{role}_source_type": "nvidia"}, repo.replace("$(ARCH)", "amd64")),
-        "mirror-asc": ({**mirror, f"{role}_source_keyring": "files/mirror.asc"}, mirror[f"{role}_source_url"]),
-        "mirror-gpg": ({**mirror, f"{role}_source_keyring": "files/mirror.gpg"}, mirror[f"{role}_source_url"]),
+        "nvidia": ({**named, **vendor}, repo.replace("$(ARCH)", "amd64")),
+        "mirror-asc": ({**mirror, f"{prefix}_keyring": "files/mirror.asc"}, mirror[f"{prefix}_url"]),
+        "mirror-gpg": ({**mirror, f"{prefix}_keyring": "files/mirror.gpg"}, mirror[f"{prefix}_url"]),
     }
     for name, (overrides, uri) in cases.items():
         internal = role_vars(role, "Debian", **overrides)  # the keyring's path and whether the source is signed

@@ -1,4 +1,5 @@
-"""How the package sources of nvidia_driver, nvidia_container_toolkit and dcgm_exporter are trusted.
+"""How package sources are trusted: the driver's own, and the package_source role's (the container toolkit, the DCGM
+exporter, Grafana, the MIG manager).
 
 Three proofs, each with the real tool:
 - apt's own `apt-get update` reads the .sources file each role renders for a local file:// mirror signed with a key
@@ -40,11 +41,10 @@ ROLES = ROOT / "roles"
 FACTS = {"distribution": "Debian", "os_family": "Debian", "distribution_major_version": "12",
          "distribution_version": "12.11", "distribution_release": "bookworm", "architecture": "x86_64"}  # fmt: skip
 
-# role -> (its .sources template, the prefix of its source variables)
-SOURCES = {
-    "nvidia_driver": ("nvidia-driver.sources.j2", "nvidia_driver_source"),
-    "nvidia_container_toolkit": ("nvidia-container-toolkit.sources.j2", "nvidia_container_toolkit_source"),
-    "dcgm_exporter": ("dcgm-exporter.sources.j2", "dcgm_exporter_package_source"),
+# role -> (its .sources template, the prefix of its source variables, the settings it always needs)
+SOURCES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "nvidia_driver": ("nvidia-driver.sources.j2", "nvidia_driver_source", {}),
+    "package_source": ("package-source.sources.j2", "package_source", {"package_source_name": "probe"}),
 }
 
 
@@ -55,7 +55,7 @@ def _yaml(path: Path) -> dict[str, Any]:
 def _templar(role: str, **overrides: Any) -> Templar:
     """The role's variables as a play sees them on Debian 12: defaults < overrides < vars/main.yml < vars/Debian.yml;
     an override of an internal (__) variable wins over the role's vars, as extra vars do."""
-    layers = _yaml(ROLES / role / "defaults" / "main.yml")
+    layers = {**_yaml(ROLES / role / "defaults" / "main.yml"), **SOURCES.get(role, ("", "", {}))[2]}
     layers.update({k: v for k, v in overrides.items() if not k.startswith("__")})
     layers.update(_yaml(ROLES / role / "vars" / "main.yml"))
     layers.update(_yaml(ROLES / role / "vars" / "Debian.yml"))
@@ -230,21 +230,38 @@ def test_an_unsigned_mirror_is_read_only_when_marked_insecure(role: str) -> None
             shutil.rmtree(folder)
 
 
-@pytest.mark.parametrize("role", ["nvidia_driver", "nvidia_container_toolkit"])
-def test_nvidias_repository_is_signed_by_its_pinned_key(role: str) -> None:
-    text = render(role, **{SOURCES[role][1] + "_type": "nvidia"})
-    keyring = value(role, f"__{role}_apt_keyring", **{SOURCES[role][1] + "_type": "nvidia"})
+# NVIDIA's CUDA repository key 3bf863cc, and the libnvidia-container key (see the roles' vars for the sources).
+PINNED = {
+    "nvidia_driver": "EB693B3035CD5710E231E123A4B469963BF863CC",
+    "nvidia_container_toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
+}
+
+
+def test_nvidias_repository_is_signed_by_its_pinned_key() -> None:
+    nvidia = {"nvidia_driver_source_type": "nvidia"}
+    text = render("nvidia_driver", **nvidia)
+    keyring = value("nvidia_driver", "__nvidia_driver_apt_keyring", **nvidia)
     assert f"Signed-By: {keyring}\n" in text and "Trusted" not in text
     assert keyring.startswith("/etc/apt/keyrings/gpuinfra-") and keyring.endswith(".asc")
-    fingerprint = value(role, f"__{role}_key_fingerprint", **{SOURCES[role][1] + "_type": "nvidia"})
-    # NVIDIA's CUDA repository key 3bf863cc, and the libnvidia-container key (see the roles' vars for the sources).
-    assert (
-        fingerprint
-        == {
-            "nvidia_driver": "EB693B3035CD5710E231E123A4B469963BF863CC",
-            "nvidia_container_toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
-        }[role]
-    )
+    assert value("nvidia_driver", "__nvidia_driver_key_fingerprint", **nvidia) == PINNED["nvidia_driver"]
+
+
+def test_the_toolkits_repository_is_signed_by_its_pinned_key() -> None:
+    """The toolkit hands its vendor repository to the package_source role, which checks that key."""
+    fingerprint = _yaml(ROLES / "nvidia_container_toolkit" / "vars" / "main.yml")[
+        "__nvidia_container_toolkit_repo_fingerprint"
+    ]
+    assert fingerprint == PINNED["nvidia_container_toolkit"]
+    vendor = {
+        "package_source_type": "vendor",
+        "package_source_vendor_url": "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)",
+        "package_source_vendor_key_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
+        "package_source_vendor_fingerprint": fingerprint,
+    }
+    text = render("package_source", **vendor)
+    keyring = value("package_source", "__package_source_apt_keyring", **vendor)
+    assert keyring == "/etc/apt/keyrings/gpuinfra-probe.asc" and f"Signed-By: {keyring}\n" in text
+    assert value("package_source", "__package_source_fingerprint", **vendor) == fingerprint
 
 
 # --- the roles' check that a source is signed ---------------------------------------------------------------------
@@ -421,8 +438,13 @@ def test_fingerprint_and_insecure_reach_each_role(source: dict[str, Any]) -> Non
         "nvidia_container_toolkit": toolkit.group_vars(rc),
         "dcgm_exporter": monitoring.group_vars(rc),
     }
+    prefixes = {
+        "nvidia_driver": "nvidia_driver_source",
+        "nvidia_container_toolkit": "nvidia_container_toolkit_source",
+        "dcgm_exporter": "dcgm_exporter_package_source",
+    }
     for role, out in rendered.items():
-        prefix = SOURCES[role][1]
+        prefix = prefixes[role]
         options = _options(role)
         assert out[f"{prefix}_fingerprint"] == source.get("fingerprint", "")
         assert out[f"{prefix}_insecure"] is source.get("insecure", False)

@@ -31,9 +31,9 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("node_exporter", "node-exporter.default.j2"): HOST_ONLY,
     ("grafana", "grafana-server.conf.j2"): HOST_ONLY,
     ("grafana", "datasource.yml.j2"): HOST_ONLY,
-    ("grafana", "grafana.sources.j2"): HOST_ONLY,
     ("dcgm_exporter", "gpuinfra-dcgm-exporter.service.j2"): HOST_ONLY,
-    ("nvidia_container_toolkit", "nvidia-container-toolkit.sources.j2"): HOST_ONLY,
+    ("package_source", "package-source.sources.j2"): "rendered for the role that includes it, with that role's "
+    "settings, which the plan does not list",
     ("nvidia_driver", "debian-nonfree.sources.j2"): HOST_ONLY,
     ("nvidia_driver", "nvidia-driver.sources.j2"): HOST_ONLY,
     ("monitoring_web", "web-config.yml.j2"): "the including role names the service, and the password hash is read "
@@ -42,7 +42,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("k8s_node_health", "kubeconfig.json.j2"): "holds the node's API token, made on the cluster at run time",
     ("nvidia_container_toolkit", "containerd-config.toml.j2"): "written only where the host has no containerd "
     "configuration of its own",
-    ("dcgm_exporter", "dcgm-exporter.sources.j2"): "written only for a mirror, and the plan has no host role for that",
     ("slurm_login", "sackd.default.j2"): "written only on login nodes that fetch the configuration with sackd, which "
     "no inventory group names",
 }

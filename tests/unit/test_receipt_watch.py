@@ -34,6 +34,10 @@ UNIT_CHANGES = {"state", "enabled", "masked"}
 PACKAGES = {"ansible.builtin.apt", "ansible.builtin.package", "ansible.builtin.dnf"}
 ACCOUNTS = {"ansible.builtin.group", "ansible.builtin.user"}
 RECEIPT = "gpuinfra.cluster.receipt"
+PACKAGE_SOURCE = "package_source"
+# Files a role writes and removes again in the same run: the policy that keeps services stopped while local
+# packages install (roles/local_packages).
+TRANSIENT = {"/usr/sbin/policy-rc.d"}
 _JINJA = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PACKAGE_LIST = re.compile(r"_(packages?|headers)$")
@@ -53,13 +57,17 @@ _INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 _SIMPLE = re.compile(r"^\{\{ ([A-Za-z_][A-Za-z0-9_]*) \}\}$")
 
 
+def _included_role(task: dict[str, Any]) -> str | None:
+    module = next((name for name in _INCLUDES if name in task), None)
+    return None if module is None else str(task[module]["name"]).removeprefix("gpuinfra.cluster.")
+
+
 def _included(task: dict[str, Any], on_controller: bool) -> list[tuple[dict[str, Any], bool]]:
     """The tasks of a role another role includes (monitoring_web), written in the includer's variables: what they
-    write is the includer's to watch."""
-    module = next((name for name in _INCLUDES if name in task), None)
-    if module is None:
+    write is the includer's to watch. The package_source role's files follow its own contract, checked below."""
+    role = _included_role(task)
+    if role is None or role == PACKAGE_SOURCE:
         return []
-    role = task[module]["name"].removeprefix("gpuinfra.cluster.")
     text = json.dumps(YAML(typ="safe").load((ROOT / "roles" / role / "tasks" / "main.yml").read_text()))
     for name, value in task.get("vars", {}).items():
         simple = _SIMPLE.match(str(value))
@@ -105,6 +113,11 @@ def _receipt(role: str) -> tuple[list[tuple[dict[str, Any], bool]], dict[str, An
     return tasks, receipts[0]
 
 
+def _package_sources(role: str) -> list[dict[str, Any]]:
+    """The settings each package_source include of a role passes."""
+    return [task["vars"] for task, _ in _role_tasks(role) if _included_role(task) == PACKAGE_SOURCE]
+
+
 def _names(value: Any) -> set[str]:
     """The variables a templated value is made of, or the value itself when it is literal."""
     text = str(value)
@@ -123,11 +136,61 @@ def test_the_receipt_watches_every_file_the_role_writes(role: str) -> None:
         for task, on_controller in tasks
         for module in WRITERS & set(task)
         if not on_controller
+        and (task[module].get("dest") or task[module].get("path")) not in TRANSIENT
         and not _covered(
             str(task[module].get("dest") or task[module].get("path")).rstrip("/"), task.get("loop", ""), watch
         )
     ]
     assert unwatched == [], f"{role} writes files its receipt does not watch: {unwatched}"
+
+
+# What the package_source role writes for a product NAME (its argument specs say the same to the including role).
+PACKAGE_SOURCE_FILES = {
+    "__package_source_apt_sources": "/etc/apt/sources.list.d/gpuinfra-{{ package_source_name }}.sources",
+    "__package_source_apt_keyring": (
+        "/etc/apt/keyrings/gpuinfra-{{ package_source_name }}{{ __package_source_key_ext }}"
+    ),
+    "__package_source_rpm_key": "/etc/pki/rpm-gpg/RPM-GPG-KEY-gpuinfra-{{ package_source_name }}",
+    "__package_source_local_dir": "/var/cache/gpuinfra/{{ package_source_name }}",
+}
+PACKAGE_SOURCE_WATCH = (
+    "/etc/apt/sources.list.d/gpuinfra-{}.sources",
+    "/etc/apt/keyrings/gpuinfra-{}*",
+    "/var/cache/gpuinfra/{}",
+)
+
+
+def test_the_package_source_role_writes_only_files_named_after_its_product() -> None:
+    """Every file it writes, itself or through the roles it includes, is one of PACKAGE_SOURCE_FILES (or the key's
+    staging copy beside it), so that an including role's receipt can name them all from the product's name."""
+    folder = ROOT / "roles" / PACKAGE_SOURCE
+    assert {
+        k: v
+        for k, v in YAML(typ="safe").load((folder / "vars" / "main.yml").read_text()).items()
+        if k in PACKAGE_SOURCE_FILES
+    } == PACKAGE_SOURCE_FILES
+    named = {f"{{{{ {name} }}}}" for name in PACKAGE_SOURCE_FILES}
+    written = []
+    for path in sorted((folder / "tasks").glob("*.yml")):
+        for task, _ in _tasks(YAML(typ="safe").load(path.read_text())):
+            written += [task[m].get("dest") or task[m].get("path") for m in WRITERS & set(task)]
+            if _included_role(task) == "package_signing_key":
+                written += re.findall(r"__package_source_\w+", task["vars"]["package_signing_key_dest"])
+            if _included_role(task) == "local_packages":
+                written.append(task["vars"]["local_packages_dest"])
+    written = [w if w.startswith("{{") else f"{{{{ {w} }}}}" for w in written]
+    assert written and set(written) <= named, f"package_source writes {set(written) - named}"
+
+
+@pytest.mark.parametrize("role", [r for r in receipt_roles() if _package_sources(r)])
+def test_the_receipt_watches_the_package_source_of_the_role(role: str) -> None:
+    _, receipt = _receipt(role)
+    watch, packages = str(receipt.get("paths", [])), str(receipt.get("packages", ""))
+    for settings in _package_sources(role):
+        missing = [w.format(settings["package_source_name"]) for w in PACKAGE_SOURCE_WATCH]
+        assert [w for w in missing if w not in watch] == []
+        names = _names(settings["package_source_packages"]) | {"gpg"}  # gpg reads a signing key's fingerprint
+        assert [n for n in names if not re.search(rf"\b{re.escape(n)}\b", packages)] == []
 
 
 @pytest.mark.parametrize("role", receipt_roles())

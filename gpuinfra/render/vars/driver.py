@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...model.driver import DistributionSource, Driver, LocalSource, MirrorSource
+from ...model.driver import DistributionSource, Driver
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
+from . import sources
 from .concern import Concern
 
 ARTIFACTS: list[Artifact] = [
@@ -56,13 +57,8 @@ ARTIFACTS: list[Artifact] = [
 def source_vars(driver: Driver) -> dict[str, Any]:
     source = driver.source
     return {
-        "nvidia_driver_source_type": source.type,
+        **sources.source_vars("nvidia_driver_source", source),
         "nvidia_driver_source_backports": source.backports if isinstance(source, DistributionSource) else False,
-        "nvidia_driver_source_url": source.url if isinstance(source, MirrorSource) else "",
-        "nvidia_driver_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
-        "nvidia_driver_source_fingerprint": (source.fingerprint or "") if isinstance(source, MirrorSource) else "",
-        "nvidia_driver_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
-        "nvidia_driver_source_path": source.path if isinstance(source, LocalSource) else "",
     }
 
 

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import catalog
-from ...model.driver import LocalSource, MirrorSource
 from ...model.grammar import duration_seconds
 from ...model.monitoring import COMPONENTS
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
-from . import LEFT_OUT
+from . import LEFT_OUT, sources
 from .concern import Concern
 from .health import EMULATED_GPU_TOOLS
 
@@ -108,19 +107,11 @@ def _allocated_labels(rc: ResolvedCluster) -> list[str]:
 def _dcgm_vars(rc: ResolvedCluster) -> dict[str, Any]:
     mon = rc.model.monitoring
     dcgm = mon.dcgm_exporter
-    source = dcgm.package_source
     return {
         "dcgm_exporter_source": dcgm.source,
         "dcgm_exporter_image": dcgm.image,
         "dcgm_exporter_container_runtime": dcgm.runtime,
-        "dcgm_exporter_package_source_type": source.type,
-        "dcgm_exporter_package_source_url": source.url if isinstance(source, MirrorSource) else "",
-        "dcgm_exporter_package_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
-        "dcgm_exporter_package_source_fingerprint": (
-            (source.fingerprint or "") if isinstance(source, MirrorSource) else ""
-        ),
-        "dcgm_exporter_package_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
-        "dcgm_exporter_package_source_path": source.path if isinstance(source, LocalSource) else "",
+        **sources.source_vars("dcgm_exporter_package_source", dcgm.package_source),
         "dcgm_exporter_hpc_job_mapping_dir": dcgm.job_mapping_dir if rc.model.slurm is not None else "",
         "dcgm_exporter_listen_host": "0.0.0.0" if mon.listen == "any" else "",
         "dcgm_exporter_basic_auth": mon.basic_auth,

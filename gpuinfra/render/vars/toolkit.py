@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...model.driver import LocalSource, MirrorSource
 from ...resolve import ResolvedCluster
 from ..artifacts import Artifact
+from . import sources
 from .concern import Concern
 
 ARTIFACTS: list[Artifact] = [
@@ -36,21 +36,13 @@ ARTIFACTS: list[Artifact] = [
 
 def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
     toolkit = rc.model.container_toolkit
-    source = toolkit.source
     return {
         "nvidia_container_toolkit_install_packages": toolkit.install,
         "nvidia_container_toolkit_version": toolkit.version or "",
         "nvidia_container_toolkit_runtimes": list(toolkit.runtimes),
         "nvidia_container_toolkit_default_runtime": toolkit.default_runtime,
         "nvidia_container_toolkit_cdi": toolkit.cdi,
-        "nvidia_container_toolkit_source_type": source.type,
-        "nvidia_container_toolkit_source_url": source.url if isinstance(source, MirrorSource) else "",
-        "nvidia_container_toolkit_source_keyring": (source.keyring or "") if isinstance(source, MirrorSource) else "",
-        "nvidia_container_toolkit_source_fingerprint": (
-            (source.fingerprint or "") if isinstance(source, MirrorSource) else ""
-        ),
-        "nvidia_container_toolkit_source_insecure": source.insecure if isinstance(source, MirrorSource) else False,
-        "nvidia_container_toolkit_source_path": source.path if isinstance(source, LocalSource) else "",
+        **sources.source_vars("nvidia_container_toolkit_source", toolkit.source),
     }
 
 
