@@ -339,6 +339,18 @@ SlackChannel = Annotated[
     str, Grammar("a Slack channel such as #gpu-alerts", 81, _matches(SLACK_CHANNEL_PATTERN, "lower-case, no spaces"))
 ]
 
+# Debian's and RPM's package names together: no spaces, no leading '-', nothing a shell or apt reads as an option.
+PACKAGE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,127}"
+PackageName = Annotated[
+    str,
+    Grammar(
+        "a package name such as datacenter-gpu-manager-4-core",
+        128,
+        _matches(PACKAGE_NAME_PATTERN, "start with a letter or digit; letters, digits and . + _ - only"),
+        PACKAGE_NAME_PATTERN,
+    ),
+]
+
 PACKAGE_VERSION_PATTERN = r"[0-9][A-Za-z0-9.+~:-]{0,127}"
 PackageVersion = Annotated[
     str,

@@ -8,7 +8,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from .. import catalog
 from .base import Model
-from .grammar import Duration, NonNegativeInt, Percentage, PositiveInt, duration_seconds
+from .driver import PackageSource
+from .grammar import AbsolutePath, Duration, NonNegativeInt, PackageName, Percentage, PositiveInt, duration_seconds
 
 # A check reads nvidia-smi once (well under a second on a healthy node); a day is the longest a broken GPU should
 # keep taking jobs.
@@ -25,6 +26,20 @@ MIN_CHECKS_EVERY = 60
 MAX_CHECKS_EVERY = 90 * 86400
 
 ActiveCheck = Literal["dcgm_diag", "nccl_all_reduce", "host_bandwidth"]
+ActiveTool = Literal["dcgmi", "all_reduce_perf", "nvbandwidth"]
+# The tool each check runs.
+# Where gpuinfra looks for each tool unless `health.admission.tools.paths` says otherwise (the gpu_health role's
+# default gpu_health_active_tools is the same).
+DEFAULT_TOOL_PATHS: dict[str, str] = {
+    "dcgmi": "/usr/bin/dcgmi",
+    "all_reduce_perf": "/usr/local/bin/all_reduce_perf",
+    "nvbandwidth": "/usr/local/bin/nvbandwidth",
+}
+CHECK_TOOLS: dict[str, str] = {
+    "dcgm_diag": "dcgmi",
+    "nccl_all_reduce": "all_reduce_perf",
+    "host_bandwidth": "nvbandwidth",
+}
 
 
 class HealthCheck(Model):
@@ -96,6 +111,23 @@ class XidRepetition(Model):
         return value
 
 
+class CheckTools(Model):
+    """Where the active checks' tools come from: packages, from a package source as every NVIDIA package is."""
+
+    install: bool = True
+    """Install `packages` on the GPU nodes; false when the nodes have the tools already (in their image, say)."""
+    source: PackageSource | None = None
+    """Where the packages come from: `nvidia` (the CUDA repository, which the driver's `nvidia` source adds), a
+    signed `mirror` or a `local` folder on the controller (air-gapped sites). Absent: the driver's source."""
+    packages: Annotated[list[PackageName], Field(max_length=64)] = []
+    """The packages to install. Absent: DCGM's (`datacenter-gpu-manager-4-core` and the one for the driver's CUDA
+    major) when `dcgm_diag` is named. nccl-tests and nvbandwidth have no NVIDIA package: a site builds its own
+    against its CUDA and names them here, DCGM's too."""
+    paths: dict[ActiveTool, AbsolutePath] = {}
+    """Where a package puts a tool, where it is not gpuinfra's default (`/usr/bin/dcgmi`,
+    `/usr/local/bin/all_reduce_perf`, `/usr/local/bin/nvbandwidth`)."""
+
+
 class Admission(Model):
     checks: list[ActiveCheck] = []
     """The active checks a node passes before it takes jobs again: after `gpuinfra upgrade`, when it is resumed
@@ -113,6 +145,8 @@ class Admission(Model):
     absent. A check job takes a node only while it is idle, and any user job preempts it at once, so no user job
     waits for one; a failure drains the node through its health check, with the check's reason. Slurm only, with
     accounting and preemption (slurm.preempt_mode)."""
+    tools: CheckTools = CheckTools()
+    """How the checks' tools reach the nodes (see docs/health.md)."""
 
     @field_validator("checks")
     @classmethod

@@ -55,7 +55,7 @@ CONCERNS: dict[str, frozenset[str]] = {
             "dcgm_exporter",
         }
     ),
-    "health": frozenset({"gpu_health", "k8s_node_health", "gpu_admission", "gpu_scheduled_checks"}),
+    "health": frozenset({"gpu_health", "gpu_check_tools", "k8s_node_health", "gpu_admission", "gpu_scheduled_checks"}),
 }
 ALWAYS = "always"
 TASK = re.compile(r"^ {6}(?:(?P<role>[\w.]+) : )?(?P<name>.*)\tTAGS: \[(?P<tags>[^\]]*)\]$")

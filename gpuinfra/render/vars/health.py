@@ -11,8 +11,10 @@ from typing import Any
 
 from ... import catalog
 from ...model.grammar import duration_seconds
+from ...model.policy import CHECK_TOOLS, DEFAULT_TOOL_PATHS
 from ...resolve import Host, ResolvedCluster
 from ..artifacts import Artifact
+from . import sources
 from .concern import Concern
 
 # Emulated GPUs (the sandbox) have no hardware for nvidia-smi; `gpuinfra sandbox up` mounts a responder that
@@ -63,7 +65,35 @@ def group_vars(rc: ResolvedCluster) -> dict[str, Any]:
         "gpu_health_active_checks": list(health.admission.checks),
         "gpu_health_dcgm_level": health.admission.dcgm_level,
         "gpu_health_active_timeout": duration_seconds(health.admission.timeout),
+        **_check_tools(rc),
     }
+
+
+def dcgm_packages(rc: ResolvedCluster) -> list[str]:
+    """DCGM 4's packages: its core and the one for the CUDA major the driver branch supports (12 from R525, 13
+    from R580), as NVIDIA's install guide names them."""
+    pin = driver_pin(rc)
+    branch = int(pin.split(".")[0]) if pin else 535  # a driver gpuinfra does not pin: the long-lived R535's CUDA 12
+    cuda = 13 if branch >= 580 else 12 if branch >= 525 else 11
+    return ["datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda}"]
+
+
+def _check_tools(rc: ResolvedCluster) -> dict[str, Any]:
+    """The gpu_check_tools role's settings: the named checks' tools, from their source (the driver's by default)."""
+    admission = rc.model.health.admission
+    tools = admission.tools
+    paths = DEFAULT_TOOL_PATHS | {str(tool): path for tool, path in tools.paths.items()}
+    out: dict[str, Any] = {
+        "gpu_health_active_tools": paths,
+        "gpu_check_tools_install": tools.install and bool(admission.checks),
+        "gpu_check_tools_paths": {CHECK_TOOLS[check]: paths[CHECK_TOOLS[check]] for check in admission.checks},
+        "gpu_check_tools_packages": list(tools.packages)
+        or (dcgm_packages(rc) if "dcgm_diag" in admission.checks else []),
+    }
+    source = tools.source or (rc.model.driver.source if rc.model.driver is not None else None)
+    if source is not None and source.type != "distribution":  # refused at load time where the tools install
+        out.update(sources.source_vars("gpu_check_tools_source", source))
+    return out
 
 
 def host_vars(host: Host) -> dict[str, Any]:
@@ -80,7 +110,9 @@ def host_vars(host: Host) -> dict[str, Any]:
         out["gpu_health_nvidia_smi"] = f"{EMULATED_GPU_TOOLS}/nvidia-smi"
         out["gpu_health_kernel_log"] = EMULATED_KERNEL_LOG
         out["gpu_health_check_kernel_module"] = False
-        out["gpu_health_active_tools"] = {tool: f"{EMULATED_GPU_TOOLS}/{tool}" for tool in ACTIVE_TOOLS}
+        tools = {tool: f"{EMULATED_GPU_TOOLS}/{tool}" for tool in ACTIVE_TOOLS}
+        # The stand-ins answer for the tools, so nothing is installed.
+        out.update(gpu_health_active_tools=tools, gpu_check_tools_paths={}, gpu_check_tools_install=False)
     return out
 
 
