@@ -348,10 +348,12 @@ def test_documented_return_values_are_what_the_module_returns(node: Node) -> Non
 
 
 def _role_options() -> dict[str, Any]:
-    specs = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "meta" / "argument_specs.yml").read_text())
+    """The options of the roles the health concern sets: the health program's and its active checks' tools."""
     options: dict[str, Any] = {}
-    for entry in specs["argument_specs"].values():
-        options.update(entry["options"])
+    for role in ("gpu_health", "gpu_check_tools"):
+        specs = YAML(typ="safe").load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        for entry in specs["argument_specs"].values():
+            options.update(entry["options"])
     return options
 
 
