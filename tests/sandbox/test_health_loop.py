@@ -544,6 +544,11 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
         assert (refused["admitted"], refused["reason"]) == (False, floor), refused
         assert node("gpu02") == ("drained", floor)
         assert _job(job)[0] == "PENDING"
+        # The sweep shows the gate's state: gpu02 drained with the check's figure, and its last admission refused.
+        [seen] = [n for n in _sweep()["nodes"] if n["node"] == "gpu02"]
+        last = seen["slurm"]["last_admission"]
+        assert (seen["slurm"]["state"], seen["slurm"]["reason"]) == ("drained", floor), seen
+        assert (last["verdict"], last["reason"]) == ("fail", floor), seen
 
         assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
         gate = _admit("gpu02")

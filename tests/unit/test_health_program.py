@@ -680,6 +680,21 @@ def test_a_hung_nvidia_smi_drains_the_node_before_slurmd_would_kill_the_program(
     assert "nvidia-smi did not answer in time: a GPU or the driver is hung" in node.slurm_node["reason"], verdict
 
 
+def test_clearing_xids_forgives_those_no_check_has_read_yet(node: Node) -> None:
+    """The operator repairs the node and clears its XIDs before the next check has read the last one: what was logged
+    before the clear is forgiven too, and an XID logged after it still counts."""
+    node.run()
+    node.gpus("xid79")
+    node.run()
+    node.gpus("healthy")
+    node.xid(79, 4242, "train.py", text="GPU has fallen off the bus.")  # logged after that check
+    code, verdict = node.run("--clear-xids")
+    assert (code, verdict["action"]) == (0, "resumed"), verdict
+    assert node.slurm_node == {"state": "IDLE", "reason": ""}
+    node.xid(79, 4243, "train.py", text="GPU has fallen off the bus.")
+    assert node.run()[0] == 1 and node.slurm_node["state"] == "IDLE+DRAIN"
+
+
 def test_xids_cleared_while_a_check_runs_stay_cleared(node: Node) -> None:
     """An operator's --clear-xids while slurmd's check is still asking nvidia-smi: the check read the state with the
     XID before the clear, and must not write it back after it."""

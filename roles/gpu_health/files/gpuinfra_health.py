@@ -850,12 +850,24 @@ def counted(runs: Any, kind: str) -> dict[str, Any]:
     return out
 
 
+def cleared(config: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The operator's word after a repair: every XID logged until now is forgiven, those no check has read yet too
+    (the cursor moves to the log's end), and the repetition rule starts again. XIDs logged later still count."""
+    boot = boot_id()
+    same_boot = state.get("boot_id") == boot
+    log = read_kernel_log(config, state.get("cursor", "") if same_boot else "")
+    kept = {**state, "sticky": [], "repeated": [], "app_faults": []}
+    if log.cursor:
+        kept.update(boot_id=boot, cursor=log.cursor, gpu_index=state.get("gpu_index", {}) if same_boot else {})
+    return kept
+
+
 def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     """Read the settings and the state, judge the node, keep the new state, and drain, resume or taint."""
     config = load_json(args.config)
     state = load_json(args.state, default={})
     if args.clear_xids:
-        state.update(sticky=[], repeated=[], app_faults=[])
+        state = cleared(config, state)
         save_json(args.state, state)
     if not config.get("gpus"):
         verdict: dict[str, Any] = {"healthy": True, "problems": [], "note": "no GPUs on this node"}
@@ -965,7 +977,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--clear-xids",
         action="store_true",
-        help="forget the XIDs that keep the node drained, and the application faults counted (after a repair)",
+        help="forget every XID logged so far and the application faults counted (after a repair)",
     )
     parser.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
     args = parser.parse_args(argv)
