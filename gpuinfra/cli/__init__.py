@@ -7,6 +7,7 @@ taking the parsed arguments and returning the exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -45,4 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuinfra: interrupted", file=sys.stderr)
         return exitcodes.CANCELLED
+    except BrokenPipeError:
+        # The reader of the output went away (`gpuinfra plan ... | head`): stop quietly, as other Unix tools do, and
+        # keep Python from failing again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.OUTPUT_CLOSED
     return code

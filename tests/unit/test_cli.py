@@ -56,6 +56,20 @@ def test_user_mistakes_never_print_a_traceback(tmp_path: Path) -> None:
     assert counted == [str(path) for path in bad], done.stderr[-3000:]
 
 
+@pytest.mark.tools
+def test_a_reader_that_stops_early_ends_the_output_quietly() -> None:
+    """`gpuinfra schema | head -1`: the reader closes the pipe after its first line; gpuinfra stops with the exit code
+    a shell gives a tool SIGPIPE ended, and no traceback."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "gpuinfra", "schema"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as done:
+        assert done.stdout is not None and done.stderr is not None
+        assert done.stdout.readline().strip() == "{"
+        done.stdout.close()
+        errors = done.stderr.read()
+    assert (done.returncode, errors) == (exitcodes.OUTPUT_CLOSED, ""), errors[-3000:]
+
+
 def test_schema_is_a_json_schema_that_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema"]) == exitcodes.OK
     schema = json.loads(capsys.readouterr().out)
