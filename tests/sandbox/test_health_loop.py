@@ -535,9 +535,9 @@ def _job(job: str, time_field: str = "Start") -> tuple[str, str, str]:
 def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interval: int) -> None:
     """`gpuinfra health --admit gpu02` with its all-reduce under the L4's floor: the gate drains gpu02 (`gpuinfra:
     admission`), runs the three checks as a root job in gpuinfra's own partition, inside a reservation no user job
-    may use, and leaves the node drained with the check and its figure. A job alice sent to gpu02 meanwhile never
-    starts. With the checks passing, the next admission puts gpu02 back, and only then does alice's job start;
-    the controller keeps each admission in its history."""
+    may use, and leaves the node drained with the check and its figure, which the sweep shows with the refused
+    admission. A job alice sent to gpu02 meanwhile never starts. With the checks passing, the next admission puts
+    gpu02 back, and only then does alice's job start; the controller keeps each admission in its history."""
     _restore()
     history = "/var/lib/gpuinfra/admission/history.jsonl"
     before = len(on_host("ctl01", "cat", history).stdout.splitlines())
