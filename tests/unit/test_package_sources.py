@@ -116,6 +116,9 @@ def keys() -> Iterator[dict[str, Any]]:
             )
             found[who] = {"home": home, "fingerprint": fingerprint, "asc": armored, "gpg": binary}
         yield found
+        for who in ("mirror", "other"):  # gpg's agent for each home would outlive the folder
+            env = {**os.environ, "GNUPGHOME": str(found[who]["home"])}
+            subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True, check=False)
 
 
 def _flat_repository(folder: Path, signing_home: Path | None) -> Path:
