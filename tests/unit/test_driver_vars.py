@@ -165,6 +165,19 @@ def test_debian_packages_are_the_headless_compute_set() -> None:
     )
 
 
+def test_each_debian_release_pins_the_key_nvidia_signs_its_repository_with() -> None:
+    """debian12's CUDA repository is signed by 3bf863cc, debian13's by 8793F200: the nvidia source fetches each
+    release's own key and pins its fingerprint."""
+    expected = {
+        "Debian": ("/repos/debian12/x86_64/3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+        "Debian13": ("/repos/debian13/x86_64/8793F200.pub", "02182E60104FCDC26EAE1B8597A5D4CB8793F200"),
+    }
+    for facts, (key, fingerprint) in expected.items():
+        v = role_vars("nvidia_driver", facts, nvidia_driver_source_type="nvidia")
+        assert v["__nvidia_driver_nvidia_repo_key"].endswith(key), facts
+        assert v["__nvidia_driver_key_fingerprint"] == fingerprint, facts
+
+
 def test_debian_13_takes_the_same_packages_at_its_550_driver() -> None:
     """trixie's nvidia-graphics-drivers 550.163.01 keeps bookworm's package and DKMS module names
     (nvidia-kernel-dkms builds /usr/src/nvidia-current-550.163.01), so one vars file serves both releases."""
