@@ -39,3 +39,19 @@ def module_util(name: str) -> ModuleType:
     for needed in _RELATIVE_IMPORT.findall((ROOT / MODULE_UTILS / f"{name}.py").read_text()):
         module_util(needed)
     return collection_module(f"{MODULE_UTILS}/{name}.py")
+
+
+def node_program(folder: Path, program: str | Path, library: list[str], name: str | None = None) -> list[str]:
+    """The command that runs a node program of the collection (`program`, from the repository's root) as its role
+    installs it: the module_utils in `library` linked into FOLDER/lib/gpuinfra_node, which comes first on sys.path,
+    and argv[0] its installed `name`. Arguments follow the command."""
+    installed = folder / "lib" / "gpuinfra_node"
+    installed.mkdir(parents=True, exist_ok=True)
+    for file in library:
+        if not (installed / file).exists():
+            (installed / file).symlink_to(ROOT / MODULE_UTILS / file)
+    starter = (
+        "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); program = sys.argv.pop(1); "
+        "sys.argv[0] = sys.argv.pop(1) or program; runpy.run_path(program, run_name='__main__')"
+    )
+    return [sys.executable, "-c", starter, str(folder / "lib"), str(ROOT / program), name or ""]

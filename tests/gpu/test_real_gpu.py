@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from file_module import module_util
+from file_module import module_util, node_program
 
 from gpuinfra.model.policy import CHECK_TOOLS, DEFAULT_TOOL_PATHS
 
@@ -130,9 +130,6 @@ def test_module_through_ansible(tmp_path: Path, gpu_listing: list[tuple[int, str
     print(json.dumps({k: result[k] for k in ("healthy", "problems", "dtd", "kernel_log_source")}, indent=2))
 
 
-ACTIVE_CHECKS = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_active_checks.py"
-
-
 def test_the_admission_checks_read_the_real_tools(tmp_path: Path, gpu_listing: list[tuple[int, str, str]]) -> None:
     """The admission gate's program with the tools gpu_check_tools installs (DCGM's `dcgmi diag` at level 2, the
     gate's default, nccl-tests' `all_reduce_perf`, `nvbandwidth`), each on PATH or at its default path, every floor
@@ -140,11 +137,7 @@ def test_the_admission_checks_read_the_real_tools(tmp_path: Path, gpu_listing: l
     changes no GPU setting."""
     tools = {tool: shutil.which(tool) or path for tool, path in DEFAULT_TOOL_PATHS.items()}
     checks = [check for check, tool in CHECK_TOOLS.items() if os.access(tools[tool], os.X_OK)]
-    if not checks:
-        pytest.skip(f"none of {', '.join(tools)} is installed here (the gpu_check_tools role installs them)")
-    library = tmp_path / "lib" / "gpuinfra_node"
-    library.mkdir(parents=True)
-    (library / "active_checks.py").symlink_to(ROOT / "plugins" / "module_utils" / "active_checks.py")
+    assert checks, f"none of {', '.join(tools)} is installed here: converge the node first (gpu_check_tools)"
     anything = {"gbps": 0.0, "of": "any GPU"}
     config = {
         "gpus": len(gpu_listing),
@@ -153,13 +146,9 @@ def test_the_admission_checks_read_the_real_tools(tmp_path: Path, gpu_listing: l
                    "nccl_floor": anything, "host_floor": anything},
     }  # fmt: skip
     (tmp_path / "health.json").write_text(json.dumps(config))
-    # The program with the library where the role installs it replaced by this folder.
-    starter = (
-        "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_path(sys.argv.pop(1), run_name='__main__')"
-    )
+    command = node_program(tmp_path, "roles/gpu_health/files/gpuinfra_active_checks.py", ["active_checks.py"])
     done = subprocess.run(
-        [sys.executable, "-c", starter, str(tmp_path / "lib"), str(ACTIVE_CHECKS), "--config",
-         str(tmp_path / "health.json"), "--result", str(tmp_path / "result.json"), "--json"],
+        [*command, "--config", str(tmp_path / "health.json"), "--result", str(tmp_path / "result.json"), "--json"],
         capture_output=True, text=True, timeout=3600, check=False,
     )  # fmt: skip
     result = json.loads(done.stdout)

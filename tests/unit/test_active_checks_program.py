@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from file_module import node_program
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_active_checks.py"
+PROGRAM = "roles/gpu_health/files/gpuinfra_active_checks.py"
 GPUS = ROOT / "gpuinfra" / "sandbox" / "gpus"
 CHECKS = GPUS / "checks"
 ALL = ["dcgm_diag", "nccl_all_reduce", "host_bandwidth"]
@@ -25,9 +25,6 @@ class Node:
         self.root = root
         self.bin = root / "bin"
         self.bin.mkdir()
-        library = root / "lib" / "gpuinfra_node"
-        library.mkdir(parents=True)
-        (library / "active_checks.py").symlink_to(ROOT / "plugins" / "module_utils" / "active_checks.py")
         (root / "textfile").mkdir()
         self.tools = {tool: str(GPUS / tool) for tool in ("dcgmi", "all_reduce_perf", "nvbandwidth")}
 
@@ -55,11 +52,7 @@ class Node:
             },
         }
         (self.root / "health.json").write_text(json.dumps(config))
-        starter = (
-            "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "runpy.run_path(sys.argv.pop(1), run_name='__main__')"
-        )
-        command = [sys.executable, "-c", starter, str(self.root / "lib"), str(PROGRAM)]
+        command = node_program(self.root, PROGRAM, ["active_checks.py"])
         command += ["--config", str(self.root / "health.json"), "--result", str(self.root / "result.json"), "--json"]
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": "/usr/bin:/bin"}
@@ -151,12 +144,7 @@ def test_a_tool_printing_without_end_is_cut_and_unknown(node: Node) -> None:
 
 def test_settings_it_cannot_read_stop_it_with_exit_2(node: Node, tmp_path: Path) -> None:
     (tmp_path / "health.json").write_text(json.dumps({"gpus": 2, "active": {"checks": ["gpu_burn"]}}))
-    done = subprocess.run(
-        [sys.executable, str(PROGRAM), "--config", str(tmp_path / "health.json")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
-        check=False,
-    )
+    command = node_program(tmp_path, PROGRAM, ["active_checks.py"])
+    done = subprocess.run([*command, "--config", str(tmp_path / "health.json")], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert "names checks this program does not know: gpu_burn" in done.stderr

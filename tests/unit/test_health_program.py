@@ -44,10 +44,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from file_module import node_program
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "roles" / "gpu_health" / "files" / "gpuinfra_health.py"
+# What the role installs beside the program.
+LIBRARY = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "vars" / "main.yml").read_text())[
+    "__gpu_health_library_files"
+]
 GPUS = ROOT / "gpuinfra" / "sandbox" / "gpus"
 PIN = "535.261.03"
 
@@ -431,11 +436,7 @@ class Node:
 
     def start(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the program as Slurm would; the library comes from plugins/module_utils."""
-        starter = (
-            "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'gpuinfra-health'; "
-            "runpy.run_path(sys.argv.pop(1), run_name='__main__')"
-        )
-        command = [sys.executable, "-c", starter, str(self.root / "lib"), str(PROGRAM)]
+        command = node_program(self.root, PROGRAM, LIBRARY, name="gpuinfra-health")
         command += ["--config", str(self.root / "health.json"), "--state", str(self.root / "state" / "s.json")]
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}  # the API server is local
         env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{os.environ['PATH']}"
@@ -452,11 +453,7 @@ class Node:
 @pytest.fixture
 def node(tmp_path: Path) -> Node:
     (tmp_path / "bin").mkdir()
-    library = tmp_path / "lib" / "gpuinfra_node"
-    library.mkdir(parents=True)
-    files = YAML(typ="safe").load((ROOT / "roles" / "gpu_health" / "vars" / "main.yml").read_text())
-    for name in files["__gpu_health_library_files"]:  # what the role installs beside the program
-        (library / name).symlink_to(ROOT / "plugins" / "module_utils" / name)
+    node_program(tmp_path, PROGRAM, LIBRARY)  # its library, for the tests that import the program
     (tmp_path / "bin" / "scontrol").write_text(SCONTROL)
     (tmp_path / "bin" / "scontrol").chmod(0o755)
     (tmp_path / "bin" / "sinfo").write_text(SINFO)
