@@ -23,6 +23,13 @@ PREFIX = "gpuinfra admission"
 # Where gpuinfra-active-checks keeps the node's last result, which gpuinfra-health reads.
 RESULT = "/var/lib/gpuinfra-health/active-checks.json"
 
+
+def admission_reservation(node: str) -> str:
+    """The Slurm reservation the admission gate holds a node in while it checks it: while it exists, the node's last
+    result is about to be replaced, and the gate judges the new one itself."""
+    return f"gpuinfra-admission-{node}"
+
+
 # Far above what a real run prints (an 8-GPU `dcgmi diag -r 4 -j` is tens of KiB): more is not that tool's output.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 MAX_GPUS = 256  # columns of an nvbandwidth matrix, ranks of an all-reduce on one node

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuinfra.cluster.plugins.module_utils.active_checks import admission_reservation as reservation
 from ansible_collections.gpuinfra.cluster.plugins.module_utils.breaker import drain_limit, held_by_health
 
 DOCUMENTATION = r"""
@@ -143,10 +144,6 @@ def clean(text: str, limit: int = MAX_REASON) -> str:
     """One printable line, for a drain reason: what a node prints may carry control characters."""
     text = " ".join("".join(ch if ch.isprintable() else " " for ch in text[: limit * 4]).split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
-
-
-def reservation(node: str) -> str:
-    return f"gpuinfra-admission-{node}"
 
 
 @dataclass

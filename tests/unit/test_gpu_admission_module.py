@@ -16,20 +16,24 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# The module imports the collection's module_utils as Ansible lays them out; that one module is loaded from this
-# checkout under its full name for the import, and taken out again, so Ansible's own collection loader (other tests
-# run it in this process) never meets a half-made gpuinfra.cluster package.
-BREAKER = "ansible_collections.gpuinfra.cluster.plugins.module_utils.breaker"
-_BREAKER_SPEC = importlib.util.spec_from_file_location(BREAKER, ROOT / "plugins" / "module_utils" / "breaker.py")
-assert _BREAKER_SPEC and _BREAKER_SPEC.loader
-sys.modules[BREAKER] = importlib.util.module_from_spec(_BREAKER_SPEC)
-_BREAKER_SPEC.loader.exec_module(sys.modules[BREAKER])
+# The module imports the collection's module_utils as Ansible lays them out; those modules are loaded from this
+# checkout under their full names for the import, and taken out again, so Ansible's own collection loader (other
+# tests run it in this process) never meets a half-made gpuinfra.cluster package.
+UTILS = {
+    f"ansible_collections.gpuinfra.cluster.plugins.module_utils.{name}": name for name in ("active_checks", "breaker")
+}
+for _full, _name in UTILS.items():
+    _spec = importlib.util.spec_from_file_location(_full, ROOT / "plugins" / "module_utils" / f"{_name}.py")
+    assert _spec and _spec.loader
+    sys.modules[_full] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules[_full])
 SPEC = importlib.util.spec_from_file_location("gpu_admission", ROOT / "plugins" / "modules" / "gpu_admission.py")
 assert SPEC and SPEC.loader
 gate_module = importlib.util.module_from_spec(SPEC)
 sys.modules["gpu_admission"] = gate_module  # its dataclasses look their module up
 SPEC.loader.exec_module(gate_module)
-del sys.modules[BREAKER]
+for _full in UTILS:
+    del sys.modules[_full]
 
 PASSED = {"verdict": "pass", "reason": "gpuinfra admission: passed dcgm diag -r 2 passed (software)", "checks": []}
 SLOW = {

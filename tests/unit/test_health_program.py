@@ -66,6 +66,10 @@ with open(sys.argv[0] + ".log", "a") as log:
 if sys.argv[1:3] == ["show", "node"]:
     reason = f" Reason={node['reason']} [root@2026-11-25T03:00:00]" if node["reason"] else ""
     print(f"NodeName={sys.argv[3]} Arch=x86_64 CPUTot=2 State={node['state']} Partitions=gpu,gpuinfra{reason}")
+elif sys.argv[1:3] == ["show", "reservation"]:
+    if sys.argv[3] not in node.get("reservations", []):
+        sys.exit(f"Reservation {sys.argv[3]} not found")
+    print(f"ReservationName={sys.argv[3]} Nodes=gpu02 Users=root Flags=MAINT,IGNORE_JOBS,SPEC_NODES")
 elif sys.argv[1] == "pidinfo":
     job = node.get("jobs", {}).get(sys.argv[2])
     if job is None:
@@ -406,6 +410,11 @@ class Node:
     def slurm(self, state: str = "IDLE", reason: str = "") -> None:
         (self.root / "bin" / "scontrol.json").write_text(json.dumps({"state": state, "reason": reason}))
 
+    def reserve(self, *names: str) -> None:
+        """The Slurm reservations `scontrol show reservation` finds (only these)."""
+        state = self.root / "bin" / "scontrol.json"
+        state.write_text(json.dumps({**json.loads(state.read_text()), "reservations": list(names)}))
+
     def job(self, pid: int, job: str, user: str) -> None:
         """Make slurmd answer `scontrol pidinfo PID` with this job, of this user."""
         state = self.root / "bin" / "scontrol.json"
@@ -502,6 +511,23 @@ def test_the_last_active_checks_fail_the_node_until_checks_pass_again(node: Node
     result.write_text(json.dumps({**failed, "verdict": "pass", "reason": "gpuinfra admission: passed dcgm diag"}))
     code, verdict = node.run()
     assert (code, verdict["healthy"], verdict["action"]) == (0, True, "resumed")
+
+
+def test_a_node_under_admission_is_not_judged_by_its_last_active_checks(node: Node) -> None:
+    """The admission gate resumes a node into its reservation before the check job starts there: the last result,
+    a failure the gate is about to replace, drains nothing meanwhile (it did, and the gate then refused a node whose
+    checks passed as `drained meanwhile`). Once the reservation is gone, the result counts again."""
+    result = node.root / "active-checks.json"
+    failed = {"verdict": "fail", "finished": 1.0, "checks": [], "reason": "gpuinfra admission: nccl below its floor"}
+    result.write_text(json.dumps(failed))
+    node.config(active={"checks": ["nccl"]}, active_result=str(result))
+    node.reserve("gpuinfra-admission-gpu02")
+    code, verdict = node.run()
+    assert (code, verdict["healthy"], verdict["action"]) == (0, True, "nothing to do")
+    assert ["show", "reservation", "gpuinfra-admission-gpu02"] in node.calls("scontrol")
+    node.reserve("gpuinfra-admission-gpu01")  # another node's admission is not this one's
+    code, verdict = node.run()
+    assert (code, verdict["problems"]) == (1, ["node: active checks failed: nccl below its floor"])
 
 
 def test_a_check_that_cannot_look_drains_nothing_until_its_limit(node: Node) -> None:

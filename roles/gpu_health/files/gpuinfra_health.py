@@ -781,12 +781,23 @@ def active_checks_said(config: dict[str, Any]) -> tuple[list[str], list[str]]:
         return [], []  # no run yet (one cut short by a preempting job keeps none)
     if not isinstance(result, dict) or not isinstance(result.get("reason"), str):
         return [], []
+    if result.get("verdict") in (active_checks.FAIL, active_checks.UNKNOWN) and under_admission(config):
+        return [], []  # the gate's checks replace this result, and the gate judges theirs itself
     said = result["reason"].removeprefix(f"{active_checks.PREFIX}:").strip()
     if result.get("verdict") == active_checks.FAIL:
         return [f"active checks failed: {said}"], []
     if result.get("verdict") == active_checks.UNKNOWN:
         return [], [f"active checks could not judge the node: {said}"]
     return [], []
+
+
+def under_admission(config: dict[str, Any]) -> bool:
+    """Whether the admission gate holds the node (its reservation exists). The gate resumes the node into it before
+    its check job starts: a verdict drawn from the last result then would drain the node the gate is about to pass."""
+    if config.get("scheduler") != "slurm" or not shutil.which("scontrol"):
+        return False
+    name = config.get("node_name") or os.uname().nodename
+    return run(["scontrol", "show", "reservation", active_checks.admission_reservation(name)])[0] == 0
 
 
 def report_lines(verdict: dict[str, Any], gpu_index: dict[str, int]) -> list[str]:
