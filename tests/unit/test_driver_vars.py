@@ -60,7 +60,6 @@ nvidia-vulkan-common nvidia-vulkan-icd xserver-xorg-video-nvidia
 # Variables that read what a run found on the host (package facts, registered results).
 NEED_HOST_STATE = {
     "__nvidia_driver_held_packages",
-    "__nvidia_driver_cache_valid_time",
     "__nvidia_driver_kernel_list",
     "__nvidia_driver_headers",
 }
@@ -81,11 +80,9 @@ def _trusted(value: Any) -> Any:
     return value
 
 
-def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """Every variable of the role, rendered for one OS: defaults < overrides < vars/main.yml < vars/<OS>.yml.
-
-    `facts` changes some of the OS's facts (another release or architecture).
-    """
+def _templar(role: str, os_name: str, facts: dict[str, str] | None, overrides: dict[str, Any]) -> Templar:
+    """The role's variables for one OS: defaults < overrides < vars/main.yml < vars/<OS>.yml. `facts` changes some of
+    the OS's facts (another release or architecture)."""
     layers = _yaml(ROLES / role / "defaults" / "main.yml")
     layers.update(overrides)
     layers.update(_yaml(ROLES / role / "vars" / "main.yml"))
@@ -93,10 +90,26 @@ def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **ov
     layers.update(_yaml(os_file if os_file.exists() else ROLES / role / "vars" / f"{FACTS[os_name]['os_family']}.yml"))
     all_facts = {**FACTS[os_name], **(facts or {})}
     variables = {**_trusted(layers), "ansible_facts": all_facts, "inventory_hostname": "gpu01"}
-    templar = Templar(loader=DataLoader(), variables=variables)
+    return Templar(loader=DataLoader(), variables=variables)
+
+
+def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **overrides: Any) -> dict[str, Any]:
+    """Every internal variable of the role, rendered for one OS (see _templar)."""
+    templar = _templar(role, os_name, facts, overrides)
     return {
-        k: templar.template(v) for k, v in variables.items() if k.startswith(f"__{role}_") and k not in NEED_HOST_STATE
+        k: templar.template(v)
+        for k, v in templar.available_variables.items()
+        if k.startswith(f"__{role}_") and k not in NEED_HOST_STATE
     }
+
+
+def package_source_settings(os_name: str, **overrides: Any) -> dict[str, Any]:
+    """What the driver hands the package_source role (tasks/source.yml), rendered for one OS; the packages from the
+    host's other sources name its kernels, which only a run finds."""
+    [task] = _yaml(ROLES / "nvidia_driver" / "tasks" / "source.yml")
+    templar = _templar("nvidia_driver", os_name, None, overrides)
+    given = {k: v for k, v in task["vars"].items() if k != "package_source_archive_packages"}
+    return {k: templar.template(_trusted(v)) for k, v in given.items()}
 
 
 def render(role: str, template: str, os_name: str = "Debian", **overrides: Any) -> str:
@@ -175,7 +188,38 @@ def test_each_debian_release_pins_the_key_nvidia_signs_its_repository_with() -> 
     for facts, (key, fingerprint) in expected.items():
         v = role_vars("nvidia_driver", facts, nvidia_driver_source_type="nvidia")
         assert v["__nvidia_driver_nvidia_repo_key"].endswith(key), facts
-        assert v["__nvidia_driver_key_fingerprint"] == fingerprint, facts
+        assert v["__nvidia_driver_nvidia_repo_fingerprint"] == fingerprint, facts
+
+
+@pytest.mark.parametrize("os_name", ["Debian", "Debian13", "Ubuntu", "RedHat"])
+def test_nvidias_repository_reaches_the_package_source_role_with_its_pinned_key(os_name: str) -> None:
+    """The nvidia source is a vendor source of the package_source role, which refuses one without a full
+    fingerprint: every OS pins the key NVIDIA signs its repository with, fetched over https from the repository."""
+    settings = package_source_settings(os_name, nvidia_driver_source_type="nvidia", nvidia_driver_version="535.261.03")
+    repo = role_vars("nvidia_driver", os_name)["__nvidia_driver_nvidia_repo_url"]
+    assert (settings["package_source_name"], settings["package_source_type"]) == ("nvidia-driver", "vendor")
+    assert settings["package_source_vendor_url"] == repo and repo.startswith("https://developer.download.nvidia.com/")
+    assert settings["package_source_vendor_key_url"].startswith(repo)
+    assert re.fullmatch("[0-9A-F]{40}", settings["package_source_vendor_fingerprint"]), settings
+    assert settings["package_source_settings_prefix"] == "nvidia_driver_source"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [("distribution", "configured"), ("nvidia", "vendor"), ("mirror", "mirror"), ("local", "local")],
+)
+def test_each_driver_source_is_a_package_source(source: str, expected: str) -> None:
+    """Every driver source maps onto the package_source role, with the driver's packages at the pinned version (apt)
+    or the exact one (dnf), the DNF module stream on RHEL only, and a refresh only when this run changed the archive
+    components."""
+    debian = package_source_settings("Debian", nvidia_driver_source_type=source, nvidia_driver_version="535.261.03")
+    assert debian["package_source_type"] == expected
+    assert debian["package_source_packages"] == role_vars("nvidia_driver", "Debian")["__nvidia_driver_install_packages"]
+    assert (debian["package_source_version"], debian["package_source_dnf_modules"]) == ("535.261.03-*", [])
+    assert debian["package_source_refresh"] is False
+    rhel = package_source_settings("RedHat", nvidia_driver_source_type=source, nvidia_driver_version="535.261.03")
+    assert (rhel["package_source_version"], rhel["package_source_dnf_modules"]) == (
+        "535.261.03", ["nvidia-driver:535-dkms"])  # fmt: skip
 
 
 def test_debian_13_takes_the_same_packages_at_its_550_driver() -> None:
@@ -226,6 +270,10 @@ def test_rhel_uses_the_dkms_module_streams_and_versionlock() -> None:
     assert "python3-dnf-plugin-versionlock" in v["__nvidia_driver_base_packages"]
     assert v["__nvidia_driver_fabric_manager_packages"] == ["nvidia-fabric-manager", "libnvidia-nscq"]
     assert v["__nvidia_driver_nvidia_repo_key"].endswith("/repos/rhel9/x86_64/D42D0685.pub")
+    assert v["__nvidia_driver_nvidia_repo_fingerprint"] == "610C7B14E068A878070DA4E99CD0A493D42D0685"
+    # dnf takes the exact version; a branch is the stream's choice.
+    assert v["__nvidia_driver_install_version"] == "535.261.03"
+    assert role_vars("nvidia_driver", "RedHat", nvidia_driver_branch=535)["__nvidia_driver_install_version"] == ""
 
 
 def test_aarch64_uses_nvidia_sbsa_repositories() -> None:
@@ -587,37 +635,35 @@ def _index_targets(tmp_path: Path, name: str, text: str) -> subprocess.Completed
     )
 
 
-# role -> (its .sources template, the prefix of its source settings, NVIDIA's repository as the role is given it)
+# product -> NVIDIA's repository, as its role hands it to the package_source role
 TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
 REPOSITORIES = {
-    "nvidia_driver": ("nvidia-driver.sources.j2", "nvidia_driver_source", {"nvidia_driver_source_type": "nvidia"}),
-    "package_source": (
-        "package-source.sources.j2",
-        "package_source",
-        {"package_source_type": "vendor", "package_source_vendor_url": TOOLKIT_REPO},
-    ),
+    "nvidia-driver": role_vars("nvidia_driver", "Debian")["__nvidia_driver_nvidia_repo_url"],
+    "nvidia-container-toolkit": TOOLKIT_REPO,
 }
 
 
 @pytest.mark.tools
-@pytest.mark.parametrize("role", list(REPOSITORIES))
-def test_apt_reads_the_repository_of_every_source(tmp_path: Path, role: str) -> None:
+@pytest.mark.parametrize("product", list(REPOSITORIES))
+def test_apt_reads_the_repository_of_every_source(tmp_path: Path, product: str) -> None:
     """NVIDIA's repository and a mirror (with either keyring form) as apt reads them. NVIDIA's repositories cannot
     be reached from the test machines, so the download itself is not exercised; test_package_sources.py has apt
     verify a signed mirror through the same files."""
-    template, prefix, vendor = REPOSITORIES[role]
-    named = {"package_source_name": "nvidia-container-toolkit"} if role == "package_source" else {}
-    repo = role_vars(role, "Debian", None, **named, **vendor).get("__nvidia_driver_nvidia_repo_url", TOOLKIT_REPO)
-    mirror = {**named, f"{prefix}_type": "mirror", f"{prefix}_url": "https://mirror.example.internal/nvidia/"}
+    repo = REPOSITORIES[product]
+    vendor = {"package_source_type": "vendor", "package_source_vendor_url": repo}
+    mirror = {"package_source_type": "mirror", "package_source_url": "https://mirror.example.internal/nvidia/"}
     # The role's variables, as role_vars() and render() take them (**overrides: Any).
     cases: dict[str, tuple[dict[str, Any], str]] = {
-        "nvidia": ({**named, **vendor}, repo.replace("$(ARCH)", "amd64")),
-        "mirror-asc": ({**mirror, f"{prefix}_keyring": "files/mirror.asc"}, mirror[f"{prefix}_url"]),
-        "mirror-gpg": ({**mirror, f"{prefix}_keyring": "files/mirror.gpg"}, mirror[f"{prefix}_url"]),
+        "nvidia": (vendor, repo.replace("$(ARCH)", "amd64")),
+        "mirror-asc": ({**mirror, "package_source_keyring": "files/mirror.asc"}, mirror["package_source_url"]),
+        "mirror-gpg": ({**mirror, "package_source_keyring": "files/mirror.gpg"}, mirror["package_source_url"]),
     }
-    for name, (overrides, uri) in cases.items():
-        internal = role_vars(role, "Debian", **overrides)  # the keyring's path and whether the source is signed
-        result = _index_targets(tmp_path, name, render(role, template, **{**internal, **overrides}))
+    for name, (settings, uri) in cases.items():
+        overrides = {"package_source_name": product, **settings}
+        internal = role_vars("package_source", "Debian", **overrides)  # the keyring's path, whether it is signed
+        text = render("package_source", "package-source.sources.j2", **{**internal, **overrides})
+        assert f"/etc/apt/keyrings/gpuinfra-{product}." in text, text
+        result = _index_targets(tmp_path, name, text)
         assert result.returncode == 0 and "E:" not in result.stderr and "W:" not in result.stderr, result.stderr
         assert result.stdout.split() == [uri.rstrip("/") + "/Packages"], (name, result.stdout)
     broken = _index_targets(tmp_path, "broken", "Types: deb\nSuites: /\n")  # no URIs

@@ -1,5 +1,5 @@
-"""How package sources are trusted: the driver's own, and the package_source role's (the container toolkit, the DCGM
-exporter, Grafana, the MIG manager).
+"""How package sources are trusted: the package_source role's, through which every role installs a vendor's packages
+(the driver, the container toolkit, the DCGM exporter, Grafana, the MIG manager, the active checks' tools).
 
 Three proofs, each with the real tool:
 - apt's own `apt-get update` reads the .sources file each role renders for a local file:// mirror signed with a key
@@ -43,7 +43,6 @@ FACTS = {"distribution": "Debian", "os_family": "Debian", "distribution_major_ve
 
 # role -> (its .sources template, the prefix of its source variables, the settings it always needs)
 SOURCES: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "nvidia_driver": ("nvidia-driver.sources.j2", "nvidia_driver_source", {}),
     "package_source": ("package-source.sources.j2", "package_source", {"package_source_name": "probe"}),
 }
 
@@ -233,20 +232,8 @@ def test_an_unsigned_mirror_is_read_only_when_marked_insecure(role: str) -> None
             shutil.rmtree(folder)
 
 
-# NVIDIA's CUDA repository key 3bf863cc, and the libnvidia-container key (see the roles' vars for the sources).
-PINNED = {
-    "nvidia_driver": "EB693B3035CD5710E231E123A4B469963BF863CC",
-    "nvidia_container_toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
-}
-
-
-def test_nvidias_repository_is_signed_by_its_pinned_key() -> None:
-    nvidia = {"nvidia_driver_source_type": "nvidia"}
-    text = render("nvidia_driver", **nvidia)
-    keyring = value("nvidia_driver", "__nvidia_driver_apt_keyring", **nvidia)
-    assert f"Signed-By: {keyring}\n" in text and "Trusted" not in text
-    assert keyring.startswith("/etc/apt/keyrings/gpuinfra-") and keyring.endswith(".asc")
-    assert value("nvidia_driver", "__nvidia_driver_key_fingerprint", **nvidia) == PINNED["nvidia_driver"]
+# The libnvidia-container key (see the role's vars for its source); the driver's keys: test_driver_vars.py.
+PINNED = {"nvidia_container_toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0"}
 
 
 def test_the_toolkits_repository_is_signed_by_its_pinned_key() -> None:
@@ -270,13 +257,27 @@ def test_the_toolkits_repository_is_signed_by_its_pinned_key() -> None:
 # --- the roles' check that a source is signed ---------------------------------------------------------------------
 
 
+def _mirror_checks(role: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The role's tasks that refuse an unsigned mirror, and the files they are in."""
+    return [
+        (path, task)
+        for path in sorted((ROLES / role / "tasks").glob("*.yml"))
+        for task in YAML(typ="safe").load(path.read_text()) or []
+        if str(task.get("name", "")).startswith("Check that the") and "insecure" in task["name"]
+    ]
+
+
 def _checks(role: str) -> tuple[Path, dict[str, Any]]:
-    """The role's task that refuses an unsigned mirror, and the file it is in."""
-    for path in sorted((ROLES / role / "tasks").glob("*.yml")):
-        for task in YAML(typ="safe").load(path.read_text()) or []:
-            if str(task.get("name", "")).startswith("Check that the") and "insecure" in task["name"]:
-                return path, task
-    raise AssertionError(f"{role} has no check that its mirror is signed")
+    """The role's one task that refuses an unsigned mirror, and the file it is in."""
+    [found] = _mirror_checks(role)
+    return found
+
+
+def test_the_supply_chain_rule_is_written_in_one_role() -> None:
+    """Every role that installs a vendor's packages hands its source to package_source, the one role that refuses
+    an unsigned mirror (beside the cluster file's loader, gpuinfra/validate/package_sources.py)."""
+    roles = sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir())
+    assert [r for r in roles if _mirror_checks(r)] == ["package_source"]
 
 
 @pytest.mark.parametrize("role", list(SOURCES))

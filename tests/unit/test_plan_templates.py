@@ -35,7 +35,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("package_source", "package-source.sources.j2"): "rendered for the role that includes it, with that role's "
     "settings, which the plan does not list",
     ("nvidia_driver", "debian-nonfree.sources.j2"): HOST_ONLY,
-    ("nvidia_driver", "nvidia-driver.sources.j2"): HOST_ONLY,
     ("monitoring_web", "web-config.yml.j2"): "the including role names the service, and the password hash is read "
     "from the secrets folder at run time",
     ("slurm_dbd", "slurmdbd.conf.j2"): "holds the database password",
