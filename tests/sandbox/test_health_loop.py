@@ -532,6 +532,16 @@ def _job(job: str, time_field: str = "Start") -> tuple[str, str, str]:
     return state, nodes, start
 
 
+def _hold_as_the_gate_does(host: str) -> None:
+    """The gate's reservation of the node for root, and the node resumed into it; without the gate's MAINT flag,
+    which Slurm shows seconds later and the health check honours on its own."""
+    name = f"ReservationName=gpuinfra-admission-{host}"
+    made = on_host("ctl01", "scontrol", "create", "reservation", name, f"Nodes={host}", "Users=root",
+                   "StartTime=now", "Duration=infinite", "Flags=IGNORE_JOBS")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert on_host("ctl01", "scontrol", "update", f"NodeName={host}", "State=RESUME").returncode == 0
+
+
 def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interval: int) -> None:
     """`gpuinfra health --admit gpu02` with its all-reduce under the L4's floor: the gate drains gpu02 (`gpuinfra:
     admission`), runs the three checks as a root job in gpuinfra's own partition, inside a reservation no user job
@@ -560,6 +570,16 @@ def test_the_admission_gate_keeps_a_node_out_until_its_active_checks_pass(interv
         last = seen["slurm"]["last_admission"]
         assert (seen["slurm"]["state"], seen["slurm"]["reason"]) == ("drained", floor), seen
         assert (last["verdict"], last["reason"]) == ("fail", floor), seen
+        # The gate resumes a node into its reservation before the check job starts there. The node's own check, run
+        # then, leaves the last result (this failure) to the gate, which is about to replace it: it does not drain.
+        _hold_as_the_gate_does("gpu02")
+        try:
+            done = on_host("gpu02", "gpuinfra-health", "--json")
+            assert (done.returncode, json.loads(done.stdout)["action"]) == (0, "nothing to do"), done.stdout
+            assert node("gpu02") in (("idle", ""), ("reserved", "")), node("gpu02")  # Slurm marks it in a while
+        finally:  # back as the refused admission left it, before alice's job can take the node
+            on_host("ctl01", "scontrol", "update", "NodeName=gpu02", "State=DRAIN", f"Reason={shlex.quote(floor)}")
+            on_host("ctl01", "scontrol", "delete", "ReservationName=gpuinfra-admission-gpu02")
 
         assert on_host("gpu02", SWITCH, "--checks", "pass").returncode == 0
         gate = _admit("gpu02")

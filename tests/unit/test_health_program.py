@@ -998,7 +998,8 @@ def test_each_recorded_fault_drains_with_its_reason(node: Node, state: str, reas
         ("DOWN+DRAIN", "gpuinfra-health: 1 of 2 GPUs visible", "left down by someone else: gpuinfra-health: 1 of"),
         ("IDLE+FAIL", "PSU failing", "left fail by someone else: PSU failing"),
         ("ALLOCATED+FAILING", "PSU failing", "left failing by someone else: PSU failing"),
-        ("IDLE+MAINT", "", "left maint by someone else: no reason"),
+        ("IDLE+MAINT", "", "left maint by someone else: no reason"),  # Slurm 22.05 (Debian 12)
+        ("IDLE+MAINTENANCE+RESERVED", "", "left maintenance by someone else: no reason"),  # 24.11 (Debian 13)
     ],
 )
 def test_a_state_set_by_another_is_never_resumed_nor_renamed(node: Node, state: str, reason: str, action: str) -> None:

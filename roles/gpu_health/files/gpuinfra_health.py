@@ -68,7 +68,8 @@ SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/s
 # Slurm's drain flags, and the states in which a node is out of service by someone else's hand (an admin's DOWN or
 # FAIL, a maintenance reservation, a reboot in progress): the program never changes those.
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING"})
-HELD_STATES = frozenset({"DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_ISSUED", "REBOOT_REQUESTED"})
+# A maintenance reservation's node: Slurm 22.05 says MAINT, 24.11 MAINTENANCE.
+HELD_STATES = frozenset({"DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_ISSUED", "REBOOT_REQUESTED"})
 # gpuinfra's own partition of every GPU node, for the admission gate's check jobs: no team's, so the breaker counts
 # the teams' partitions only (a fleet-wide count would cap small partitions' limits).
 CHECKS_PARTITION = "gpuinfra"
