@@ -106,7 +106,7 @@ def role_vars(role: str, os_name: str, facts: dict[str, str] | None = None, **ov
 def package_source_settings(os_name: str, **overrides: Any) -> dict[str, Any]:
     """What the driver hands the package_source role (tasks/source.yml), rendered for one OS; the packages from the
     host's other sources name its kernels, which only a run finds."""
-    [task] = _yaml(ROLES / "nvidia_driver" / "tasks" / "source.yml")
+    [task] = YAML(typ="safe").load((ROLES / "nvidia_driver" / "tasks" / "source.yml").read_text())
     templar = _templar("nvidia_driver", os_name, None, overrides)
     given = {k: v for k, v in task["vars"].items() if k != "package_source_archive_packages"}
     return {k: templar.template(_trusted(v)) for k, v in given.items()}
