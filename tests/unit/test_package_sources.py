@@ -233,7 +233,7 @@ def test_an_unsigned_mirror_is_read_only_when_marked_insecure(role: str) -> None
 
 
 # The libnvidia-container key (see the role's vars for its source); the driver's keys: test_driver_vars.py.
-PINNED = {"nvidia_container_toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0"}
+TOOLKIT_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 
 
 def test_the_toolkits_repository_is_signed_by_its_pinned_key() -> None:
@@ -241,7 +241,7 @@ def test_the_toolkits_repository_is_signed_by_its_pinned_key() -> None:
     fingerprint = _yaml(ROLES / "nvidia_container_toolkit" / "vars" / "main.yml")[
         "__nvidia_container_toolkit_repo_fingerprint"
     ]
-    assert fingerprint == PINNED["nvidia_container_toolkit"]
+    assert fingerprint == TOOLKIT_FINGERPRINT
     vendor = {
         "package_source_type": "vendor",
         "package_source_vendor_url": "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)",

@@ -797,8 +797,12 @@ def under_admission(config: dict[str, Any]) -> bool:
     its check job starts: a verdict drawn from the last result then would drain the node the gate is about to pass."""
     if config.get("scheduler") != "slurm" or not shutil.which("scontrol"):
         return False
-    name = config.get("node_name") or os.uname().nodename
-    return run(["scontrol", "show", "reservation", active_checks.admission_reservation(name)])[0] == 0
+    return run(["scontrol", "show", "reservation", active_checks.admission_reservation(node_name(config))])[0] == 0
+
+
+def node_name(config: dict[str, Any]) -> str:
+    """The node's name in the scheduler: the settings', else the host's."""
+    return str(config.get("node_name") or os.uname().nodename)
 
 
 def report_lines(verdict: dict[str, Any], gpu_index: dict[str, int]) -> list[str]:
@@ -906,7 +910,7 @@ def judge_and_act(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     if acting:
         log_lines(verdict["reports"])
     scheduler = config.get("scheduler", "none") if acting else "none"
-    name = config.get("node_name") or os.uname().nodename
+    name = node_name(config)
     if verdict["verdict"] == UNKNOWN and not reason:
         action = "no action: a check could not look, and is retried at the next check"
     elif scheduler != "none" and config.get("mode") == "observe":
